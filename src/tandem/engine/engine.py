@@ -1,0 +1,206 @@
+"""Engine: one replica's synchronous core: add_request, step, abort.
+
+Each step() asks the Batcher for a plan, runs the prefill chunks and one batched decode forward
+through the ModelRunner, samples, applies stop rules, and frees finished sequences' KV slots.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from tandem.engine.batcher import Batcher
+from tandem.engine.model_runner import ModelRunner
+from tandem.engine.outputs import RequestMetrics, RequestOutput
+from tandem.engine.sampler import new_generator, sample
+from tandem.engine.sampling_params import SamplingParams
+from tandem.engine.sequence import Sequence
+from tandem.model.loader import Model
+from tandem.model.tokenizer import IncrementalDetokenizer
+
+__all__ = ["Engine", "EngineConfig", "RequestError", "PromptTooLongError"]
+
+
+class RequestError(ValueError):
+    """A request the engine refuses at admission; the message says why."""
+
+
+class PromptTooLongError(RequestError):
+    pass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_model_len: int | None = None  # context limit per sequence; default min(model's, 2048)
+    kv_cache_tokens: int = 32768  # KV memory budget in tokens, preallocated as slots of max_model_len
+    max_num_seqs: int = 64  # upper bound on concurrently running sequences
+    max_prefill_tokens: int = 512  # prompt tokens prefilled per step, so long prompts don't stall decode
+    num_threads: int | None = None  # torch threads for this engine; default all cores
+
+    def resolve_max_len(self, model_max: int) -> int:
+        limit = self.max_model_len or min(model_max, 2048)
+        if limit > model_max:
+            raise ValueError(f"max_model_len {limit} exceeds the model's max_position_embeddings {model_max}")
+        return limit
+
+
+class Engine:
+    def __init__(
+        self,
+        model: Model,
+        config: EngineConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.model = model
+        self.config = config = config or EngineConfig()
+        torch.set_num_threads(config.num_threads or os.cpu_count() or 1)
+        self.max_model_len = config.resolve_max_len(model.config.max_position_embeddings)
+        num_slots = min(config.max_num_seqs, config.kv_cache_tokens // self.max_model_len)
+        if num_slots < 1:
+            raise ValueError(
+                f"kv_cache_tokens {config.kv_cache_tokens} is below max_model_len {self.max_model_len}: "
+                "no sequence would fit"
+            )
+        self.runner = ModelRunner(model.module, num_slots, self.max_model_len)
+        self.batcher = Batcher(num_slots, config.max_prefill_tokens)
+        self.clock = clock
+        self._eos = frozenset(model.eos_token_ids)
+        self._ids = itertools.count()
+        self._live: dict[str, Sequence] = {}
+        self.num_prompt_tokens = 0
+        self.num_generated_tokens = 0
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        params = params or SamplingParams()
+        request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
+        if request_id in self._live:
+            raise RequestError(f"request id {request_id!r} is already in use")
+        ids = self.validate_prompt(prompt)
+        seq = Sequence(
+            request_id=request_id,
+            prompt_ids=ids,
+            params=params,
+            detokenizer=IncrementalDetokenizer(self.model.tokenizer, ids),
+            eos_ids=self._eos,
+            max_len=self.max_model_len,
+            metrics=RequestMetrics(arrival_time=self.clock()),
+        )
+        if not params.greedy:
+            seq.generator = new_generator(params.seed)
+        self._live[request_id] = seq
+        self.batcher.add(seq)
+        return request_id
+
+    def validate_prompt(self, prompt: str | list[int]) -> list[int]:
+        """Tokenize and check a prompt without touching engine state (safe from any thread)."""
+        ids = self.model.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise RequestError("the prompt is empty")
+        vocab = self.model.config.vocab_size
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in ids):
+            raise RequestError(f"prompt token ids must be integers in [0, {vocab})")
+        if len(ids) >= self.max_model_len:
+            raise PromptTooLongError(
+                f"the prompt has {len(ids)} tokens; this model's context is {self.max_model_len} tokens "
+                "and at least one must remain for the output"
+            )
+        return ids
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request now; its KV slot is free for the next step. False if it was not live."""
+        seq = self.batcher.abort(request_id)
+        if seq is None:
+            return False
+        seq.metrics.finished_time = self.clock()
+        del self._live[request_id]
+        return True
+
+    def has_unfinished(self) -> bool:
+        return self.batcher.has_unfinished()
+
+    @property
+    def num_running(self) -> int:
+        return len(self.batcher.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.batcher.waiting)
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        plan = self.batcher.schedule()
+        if plan.empty:
+            return []
+        now = self.clock()
+        to_sample: list[Sequence] = []
+        logits_rows: list[torch.Tensor] = []
+        for seq, chunk in plan.prefill:
+            if seq.metrics.first_scheduled_time is None:
+                seq.metrics.first_scheduled_time = now
+            start = seq.num_computed
+            logits = self.runner.forward([seq.prompt_ids[start : start + chunk]], [seq.slot], [start], True)
+            seq.num_computed += chunk
+            self.num_prompt_tokens += chunk
+            if seq.num_computed == len(seq.prompt_ids):
+                to_sample.append(seq)
+                logits_rows.append(logits)
+        if plan.decode:
+            logits = self.runner.forward(
+                [[s.output_ids[-1]] for s in plan.decode],
+                [s.slot for s in plan.decode],
+                [s.num_computed for s in plan.decode],
+                True,
+            )
+            for seq in plan.decode:
+                seq.num_computed += 1
+            to_sample.extend(plan.decode)
+            logits_rows.append(logits)
+        outputs: list[RequestOutput] = []
+        if to_sample:
+            tokens, logprobs = sample(
+                torch.cat(logits_rows), [s.params for s in to_sample], [s.generator for s in to_sample]
+            )
+            now = self.clock()
+            for seq, token, logprob in zip(to_sample, tokens, logprobs, strict=True):
+                seq.append(token, logprob)
+                self._stamp(seq, now)
+                outputs.append(seq.take_output([token]))
+            self.num_generated_tokens += len(tokens)
+        for seq in self.batcher.release_finished():
+            seq.metrics.finished_time = self.clock()
+            self._live.pop(seq.request_id, None)
+        return outputs
+
+    def _stamp(self, seq: Sequence, now: float) -> None:
+        if seq.metrics.first_token_time is None:
+            seq.metrics.first_token_time = now
+        seq.metrics.last_token_time = now
+
+    # -- convenience --------------------------------------------------------------------------
+
+    def generate(
+        self, prompts: Iterable[str | list[int]], params: SamplingParams | list[SamplingParams] | None = None
+    ) -> list[RequestOutput]:
+        """Run prompts to completion together (continuous batching); final outputs in prompt order."""
+        prompts = list(prompts)
+        per = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, per, strict=True)]
+        final: dict[str, RequestOutput] = {}
+        while any(i not in final for i in ids):
+            for out in self.step():
+                if out.finished:
+                    final[out.request_id] = out
+        return [final[i] for i in ids]

@@ -1,0 +1,69 @@
+"""Sampler: logits -> next tokens, per request: greedy, temperature, top-k, top-p, seed, logprobs."""
+
+from __future__ import annotations
+
+import torch
+
+from tandem.engine.outputs import TokenLogprob
+from tandem.engine.sampling_params import SamplingParams
+
+__all__ = ["sample", "filtered_probs", "new_generator"]
+
+
+def new_generator(seed: int | None) -> torch.Generator:
+    generator = torch.Generator()
+    generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
+    return generator
+
+
+def filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a request samples from: softmax(logits / T) cut by top-k, then top-p.
+
+    logits: [..., V] float32. Speculative rejection sampling uses the very same function, so the
+    verified distribution is exactly the one plain sampling would use.
+    """
+    logits = logits / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the top token always stays).
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def _logprob_entry(logprobs: torch.Tensor, token: int, n: int) -> TokenLogprob:
+    top: dict[int, float] = {}
+    if n:
+        values, ids = torch.topk(logprobs, n)
+        top = {int(i): float(v) for i, v in zip(ids.tolist(), values.tolist(), strict=True)}
+    return TokenLogprob(token, float(logprobs[token]), top)
+
+
+def sample(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> tuple[list[int], list[TokenLogprob | None]]:
+    """logits: [B, V] float32 -> one token per row (and its logprobs where requested)."""
+    greedy_tokens = logits.argmax(dim=-1).tolist()
+    tokens: list[int] = []
+    for row, p in enumerate(params):
+        if p.greedy:
+            tokens.append(greedy_tokens[row])
+        else:
+            probs = filtered_probs(logits[row], p)
+            tokens.append(int(torch.multinomial(probs, 1, generator=generators[row]).item()))
+    logprob_out: list[TokenLogprob | None] = [None] * len(params)
+    wanted = [row for row, p in enumerate(params) if p.logprobs is not None]
+    if wanted:
+        # Logprobs of the model's own distribution, before temperature and cuts (as vLLM reports).
+        logprobs = torch.log_softmax(logits[wanted], dim=-1)
+        for i, row in enumerate(wanted):
+            logprob_out[row] = _logprob_entry(logprobs[i], tokens[row], params[row].logprobs)
+    return tokens, logprob_out

@@ -1,0 +1,105 @@
+"""Sequence: one request's state inside the engine (tokens, slot, progress, stop checks). No torch."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from tandem.engine.outputs import RequestMetrics, RequestOutput, TokenLogprob
+from tandem.engine.sampling_params import SamplingParams
+from tandem.model.tokenizer import IncrementalDetokenizer
+
+__all__ = ["Sequence", "SequenceStatus"]
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    detokenizer: IncrementalDetokenizer
+    eos_ids: frozenset[int]
+    max_len: int  # the context limit: prompt + output never exceed it
+    metrics: RequestMetrics
+    status: SequenceStatus = SequenceStatus.WAITING
+    slot: int | None = None
+    num_computed: int = 0  # tokens whose keys/values are in the KV slot
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""  # decoded output, including text held back for stop-string matching
+    released: int = 0  # characters of `text` already reported
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    generator: object | None = None  # the per-request torch.Generator, owned by the sampler
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def in_prefill(self) -> bool:
+        """True until every prompt token is in the KV slot and the first token is sampled."""
+        return not self.output_ids
+
+    @property
+    def finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def append(self, token_id: int, logprob: TokenLogprob | None = None) -> None:
+        """Add a sampled token and apply the stop rules (eos, stop ids, stop strings, lengths)."""
+        self.output_ids.append(token_id)
+        if logprob is not None:
+            self.pending_logprobs.append(logprob)
+        params = self.params
+        is_eos = token_id in self.eos_ids and not params.ignore_eos
+        if is_eos or token_id in params.stop_token_ids:
+            self.finish("stop", None if is_eos else token_id)
+            return
+        self.text += self.detokenizer.push(token_id)
+        for stop in params.stop:
+            # Only the tail can hold a new match: search from just before the released text.
+            at = self.text.find(stop, max(0, self.released - len(stop)))
+            if at >= 0:
+                self.text = self.text[: at + len(stop)] if params.include_stop_str_in_output else self.text[:at]
+                self.finish("stop", stop)
+                return
+        if len(self.output_ids) >= params.max_tokens or self.length >= self.max_len:
+            self.finish("length")
+
+    def finish(self, reason: str, stop_reason: str | int | None = None) -> None:
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason, self.stop_reason = reason, stop_reason
+
+    def take_output(self, new_ids: list[int]) -> RequestOutput:
+        """The report for this step; text that might begin a stop string is held back until decided."""
+        if self.finished:
+            release_to = len(self.text)
+        else:
+            hold = max((len(s) - 1 for s in self.params.stop), default=0)
+            release_to = max(self.released, len(self.text) - hold)
+        new_text = self.text[self.released : release_to]
+        self.released = release_to
+        logprobs, self.pending_logprobs = self.pending_logprobs, []
+        return RequestOutput(
+            request_id=self.request_id,
+            prompt_token_ids=self.prompt_ids,
+            token_ids=list(self.output_ids),
+            text=self.text[:release_to],
+            new_token_ids=new_ids,
+            new_text=new_text,
+            finished=self.finished,
+            finish_reason=self.finish_reason,
+            stop_reason=self.stop_reason,
+            logprobs=logprobs if self.params.logprobs is not None else None,
+            metrics=self.metrics,
+        )

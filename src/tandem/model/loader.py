@@ -1,0 +1,87 @@
+"""load_model: a Hugging Face model directory -> a ready-to-run Model (weights, tokenizer, defaults)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tandem.model.config import ModelConfig, load_config
+from tandem.model.errors import ModelLoadError
+from tandem.model.tokenizer import Tokenizer
+from tandem.model.transformer import Transformer
+from tandem.model.weights import checkpoint_files, load_weights
+
+__all__ = ["Model", "load_model", "DTYPES", "default_model_dir"]
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Model:
+    """A loaded model: what the engine runs and what optimizers transform."""
+
+    name: str
+    path: Path
+    config: ModelConfig
+    module: Transformer
+    tokenizer: Tokenizer
+    eos_token_ids: tuple[int, ...]
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.module.dtype
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of all weights (tied tensors once): what one decode step must read from memory."""
+        return sum(p.numel() * p.element_size() for p in self.module.parameters())
+
+
+def default_model_dir() -> Path:
+    """The bundled default target model (models/ in the repository)."""
+    return Path(__file__).resolve().parents[3] / "models" / "tandem-code-target"
+
+
+def _generation_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ModelLoadError(f"{path}: must hold a JSON object")
+    return raw
+
+
+def load_model(path: str | Path | None = None, dtype: str | torch.dtype = "float32") -> Model:
+    model_dir = Path(path) if path is not None else default_model_dir()
+    if not model_dir.is_dir():
+        raise ModelLoadError(f"{model_dir}: model directory does not exist")
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ModelLoadError(f"dtype {dtype!r} is not supported (supported: {', '.join(DTYPES)})")
+        dtype = DTYPES[dtype]
+    config = load_config(model_dir)
+    files = checkpoint_files(model_dir)
+    tokenizer = Tokenizer(model_dir)
+    module = Transformer.empty(config, dtype)
+    load_weights(module, files)
+    module.eval().requires_grad_(False)
+    gen = _generation_config(model_dir)
+    eos = gen.get("eos_token_id", None)
+    eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else config.eos_token_ids)
+    if not eos_ids and tokenizer.eos_token_id is not None:
+        eos_ids = (tokenizer.eos_token_id,)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ModelLoadError(
+            f"{model_dir / 'tokenizer.json'}: {tokenizer.vocab_size} tokens, more than config.json's "
+            f"vocab_size {config.vocab_size}"
+        )
+    return Model(model_dir.name, model_dir, config, module, tokenizer, eos_ids, gen)

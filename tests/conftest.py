@@ -1,0 +1,20 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny_models import save_tiny  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random Llama, Mistral and Qwen2 checkpoints in HF format, built once per session."""
+    root = tmp_path_factory.mktemp("tiny")
+    return {arch: save_tiny(arch, root / arch) for arch in ("llama", "mistral", "qwen2")}
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tiny_model_dirs) -> Path:
+    return tiny_model_dirs["llama"]
