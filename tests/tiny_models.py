@@ -21,8 +21,15 @@ CHAT_TEMPLATE = (
 )
 
 ARCH_KWARGS = {
-    "llama": dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    "llama": dict(
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        }
+    ),
     "mistral": dict(sliding_window=4096),
     "qwen2": dict(tie_word_embeddings=True),
 }
@@ -49,9 +56,18 @@ def save_tiny(arch: str, out: Path, seed: int = 0, **overrides) -> Path:
     torch.manual_seed(seed)
     tok = build_tokenizer()
     common = dict(
-        vocab_size=320, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
     )
     common.update(ARCH_KWARGS.get(arch, {}))
     common.update(overrides)

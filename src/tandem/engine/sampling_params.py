@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 __all__ = ["SamplingParams"]
 
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 16
@@ -46,4 +47,3 @@ class SamplingParams:
     @classmethod
     def greedy_params(cls, max_tokens: int = 16, **kwargs) -> SamplingParams:
         return cls(max_tokens=max_tokens, temperature=0.0, **kwargs)
-

@@ -26,9 +26,7 @@ class AttentionBatch:
     fresh_causal: bool  # a single prompt starting at position 0: attend over the new keys alone
 
     @staticmethod
-    def build(
-        slots: list[int], starts: list[int], num_new: int, sliding_window: int | None = None
-    ) -> AttentionBatch:
+    def build(slots: list[int], starts: list[int], num_new: int, sliding_window: int | None = None) -> AttentionBatch:
         """slots[i]: KV slot of row i; starts[i]: how many tokens row i already has in its slot."""
         batch = len(slots)
         positions = torch.tensor(starts, dtype=torch.long)[:, None] + torch.arange(num_new)[None, :]

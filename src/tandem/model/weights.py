@@ -97,8 +97,7 @@ def load_weights(model: Transformer, files: list[Path]) -> None:
                 view = target[part * inter : (part + 1) * inter]
             if tuple(tensor.shape) != tuple(view.shape):
                 raise ModelLoadError(
-                    f"{path}: tensor '{hf_name}' has shape {list(tensor.shape)}, "
-                    f"config.json implies {list(view.shape)}"
+                    f"{path}: tensor '{hf_name}' has shape {list(tensor.shape)}, config.json implies {list(view.shape)}"
                 )
             view.copy_(tensor.to(view.dtype))
             filled.add(f"{name}#{part}")

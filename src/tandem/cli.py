@@ -1,0 +1,72 @@
+"""The `tandem` command. Bad input ends with a one-line message and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+__all__ = ["main", "cli"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tandem")
+def cli() -> None:
+    """tandem: an LLM inference platform (optimization layer + scheduling layer)."""
+
+
+@cli.command()
+@click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
+@click.option("--prompt", required=True, help="Text to complete.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--temperature", type=click.FloatRange(0, 100), default=0.0, show_default=True, help="0 = greedy")
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=None)
+@click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: all cores)")
+def generate(model_dir, prompt, max_tokens, temperature, top_p, top_k, seed, stop, dtype, threads) -> None:
+    """Stream a completion of PROMPT to stdout."""
+    from tandem.engine import Engine, EngineConfig, RequestError, SamplingParams
+    from tandem.model import ModelLoadError, load_model
+
+    try:
+        model = load_model(model_dir, dtype=dtype)
+        params = SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop
+        )
+        engine = Engine(model, EngineConfig(num_threads=threads, max_num_seqs=1))
+        engine.add_request(prompt, params)
+    except (ModelLoadError, RequestError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    out = sys.stdout
+    out.write(prompt)
+    while engine.has_unfinished():
+        for step_out in engine.step():
+            out.write(step_out.new_text)
+            out.flush()
+    out.write("\n")
+
+
+def _register_optional_groups() -> None:
+    # Sub-command groups live beside the code they drive; each registers itself here.
+    try:
+        from tandem.zoo.cli import zoo
+    except ImportError:
+        return
+    cli.add_command(zoo)
+
+
+_register_optional_groups()
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Sampler: top-k and top-p cut the distribution as specified; sampling follows it."""
+
+import pytest
+import torch
+
+from tandem.engine.sampler import filtered_probs, new_generator, sample
+from tandem.engine.sampling_params import SamplingParams
+
+LOGITS = torch.log(torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05]))
+
+
+def test_top_k_keeps_the_k_most_likely():
+    probs = filtered_probs(LOGITS, SamplingParams(top_k=2))
+    assert torch.allclose(probs, torch.tensor([0.5, 0.2, 0, 0, 0]) / 0.7)
+
+
+def test_top_p_keeps_the_smallest_prefix_reaching_p():
+    probs = filtered_probs(LOGITS, SamplingParams(top_p=0.8))
+    assert torch.allclose(probs, torch.tensor([0.5, 0.2, 0.15, 0, 0]) / 0.85)
+    only_top = filtered_probs(LOGITS, SamplingParams(top_p=0.1))
+    assert torch.allclose(only_top, torch.tensor([1.0, 0, 0, 0, 0]))
+
+
+def test_temperature_sharpens():
+    cold = filtered_probs(LOGITS, SamplingParams(temperature=0.5))
+    assert cold[0] > 0.5 and torch.isclose(cold.sum(), torch.tensor(1.0))
+
+
+def test_sampling_frequencies_follow_the_distribution():
+    params = SamplingParams(temperature=1.0)
+    gen = new_generator(0)
+    counts = torch.zeros(5)
+    logits = LOGITS[None].repeat(2000, 1)
+    tokens, _ = sample(logits, [params] * 2000, [gen] * 2000)
+    counts += torch.bincount(torch.tensor(tokens), minlength=5)
+    assert torch.allclose(counts / 2000, torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05]), atol=0.04)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(max_tokens=0), "max_tokens"),
+        (dict(temperature=-1), "temperature"),
+        (dict(top_p=0), "top_p"),
+        (dict(top_k=-1), "top_k"),
+        (dict(logprobs=99), "logprobs"),
+        (dict(stop=("",)), "stop"),
+        (dict(seed=-3), "seed"),
+    ],
+)
+def test_invalid_params_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
