@@ -20,7 +20,7 @@ test: lint
 	$(BIN)/pytest -q
 
 run:
-	$(BIN)/tandem serve
+	$(BIN)/tandem generate --prompt "def fibonacci(n):" --max-tokens 96
 
 bench:
 	$(BIN)/python benchmarks/bench_decode.py

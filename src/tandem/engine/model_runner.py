@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from tandem.model.attention_batch import AttentionBatch
+from tandem.model.packed_linear import pack_linears
 from tandem.model.transformer import KVCache, Transformer
 
 __all__ = ["ModelRunner"]
@@ -13,6 +14,7 @@ __all__ = ["ModelRunner"]
 class ModelRunner:
     def __init__(self, module: Transformer, num_slots: int, max_len: int) -> None:
         self.module = module
+        pack_linears(module)  # weights into oneDNN's layout once: decode reads them at full bandwidth
         self.cache = KVCache(module.config, num_slots, max_len, module.dtype)
         self.sliding_window = module.config.sliding_window
 

@@ -39,7 +39,10 @@ class Model:
     @property
     def weight_bytes(self) -> int:
         """Bytes of all weights (tied tensors once): what one decode step must read from memory."""
-        return sum(p.numel() * p.element_size() for p in self.module.parameters())
+        from tandem.model.packed_linear import PackedLinear
+
+        params = sum(p.numel() * p.element_size() for p in self.module.parameters())
+        return params + sum(m.weight_bytes for m in self.module.modules() if isinstance(m, PackedLinear))
 
 
 def default_model_dir() -> Path:

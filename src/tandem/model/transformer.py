@@ -39,7 +39,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # In float32 like Hugging Face, so bf16 models normalise without losing precision.
+        if x.dtype == torch.float32:  # one fused kernel instead of six elementwise ops
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Lower precision: normalise in float32 like Hugging Face, then scale in the model's dtype.
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
@@ -69,10 +71,12 @@ class Attention(nn.Module):
         batch: AttentionBatch | None,
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
-        q = apply_rope(q.view(b, t, self.heads, self.head_dim), cos, sin)
-        k = apply_rope(k.view(b, t, self.kv_heads, self.head_dim), cos, sin)
-        v = v.view(b, t, self.kv_heads, self.head_dim)
+        qkv = self.qkv_proj(x)
+        q_dim, kv_dim, _ = self.split
+        # q and k sit side by side in the fused output: rotate both in one pass.
+        qk = apply_rope(qkv[..., : q_dim + kv_dim].view(b, t, self.heads + self.kv_heads, self.head_dim), cos, sin)
+        q, k = qk[:, :, : self.heads], qk[:, :, self.heads :]
+        v = qkv[..., q_dim + kv_dim :].view(b, t, self.kv_heads, self.head_dim)
         gqa = self.heads != self.kv_heads
         if cache is None or batch is None or batch.fresh_causal:
             if cache is not None and batch is not None:
