@@ -50,12 +50,18 @@ def generate(model_dir, prompt, max_tokens, temperature, top_p, top_k, seed, sto
 
 
 def _register_optional_groups() -> None:
-    # Sub-command groups live beside the code they drive; each registers itself here.
-    try:
-        from tandem.zoo.cli import zoo
-    except ImportError:
-        return
-    cli.add_command(zoo)
+    # Sub-commands live beside the code they drive; each registers itself here.
+    import importlib
+
+    for module, name in (("tandem.zoo.cli", "zoo"), ("tandem.serve.cli", "serve"), ("tandem.optimize.cli", None)):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        for command in [getattr(mod, name)] if name else getattr(mod, "COMMANDS", []):
+            cli.add_command(command)
 
 
 _register_optional_groups()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem.contracts import OptimizedModel
 from tandem.engine.batcher import Batcher
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
@@ -52,11 +53,16 @@ class EngineConfig:
 class Engine:
     def __init__(
         self,
-        model: Model,
+        model: Model | OptimizedModel,
         config: EngineConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.model = model
+        """Run `model` (a loaded Model, or an OptimizedModel from a recipe). The engine takes
+        ownership of the model's weights: it packs them for its kernels in place."""
+        optimized = model if isinstance(model, OptimizedModel) else OptimizedModel(model=model)
+        self.optimized = optimized
+        self.recipe = optimized.recipe
+        self.model = model = optimized.model
         self.config = config = config or EngineConfig()
         torch.set_num_threads(config.num_threads or os.cpu_count() or 1)
         self.max_model_len = config.resolve_max_len(model.config.max_position_embeddings)
@@ -74,6 +80,8 @@ class Engine:
         self._live: dict[str, Sequence] = {}
         self.num_prompt_tokens = 0
         self.num_generated_tokens = 0
+        self.num_drafted_tokens = 0  # speculative recipes: tokens proposed, and accepted by the target
+        self.num_accepted_tokens = 0
 
     # -- requests -----------------------------------------------------------------------------
 

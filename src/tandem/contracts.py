@@ -1,0 +1,103 @@
+"""The cross-layer contract: what the optimization layer and the scheduling layer say to each other.
+
+Standard library only, so the scheduling layer can import it without pulling in torch. The
+optimization layer makes replicas fast and describes them with a measured Profile; the scheduling
+layer sizes and routes with Profiles and ReplicaLoads, never knowing how a replica is made fast.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["InferenceOptimizer", "OptimizedModel", "Profile", "ReplicaLoad"]
+
+
+@dataclass(frozen=True)
+class OptimizedModel:
+    """What the engine runs: a (possibly transformed) model plus what the optimizers attached.
+
+    `model` is the optimization layer's own model object (tandem.model.Model); it stays `Any` here so
+    this module needs no torch. `speculator`, when set, proposes draft tokens that the engine
+    verifies in its batched forward (draft-model or n-gram speculation).
+    """
+
+    model: Any
+    recipe: str = "baseline"
+    applied: tuple[tuple[str, str], ...] = ()  # (optimizer name, version) in the order applied
+    speculator: Any | None = None
+    notes: tuple[str, ...] = ()
+
+    def with_changes(self, **changes: Any) -> OptimizedModel:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return OptimizedModel(**values)
+
+
+@runtime_checkable
+class InferenceOptimizer(Protocol):
+    """A named, versioned transform: OptimizedModel in, OptimizedModel out (so optimizers compose)."""
+
+    name: str
+    version: str
+    description: str
+
+    def optimize(self, model: OptimizedModel) -> OptimizedModel: ...
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A measured description of one optimized variant on one kind of hardware. JSON round-trips."""
+
+    recipe: str  # "int8+speculative(k=4)"
+    hardware: str  # "cpu-2c-avx512", "h100-80gb"
+    model: str
+    weight_bytes: int
+    kv_bytes_per_token: int
+    max_slots: int
+    decode_tokens_per_s: dict[int, float]  # batch size -> output tokens/s, measured
+    prefill_tokens_per_s: float
+    ttft_s_p50: float
+    cold_start_s: float
+    max_model_len: int = 0
+    measured_at: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Profile:
+        raw = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown Profile field(s): {', '.join(unknown)}")
+        raw["decode_tokens_per_s"] = {int(k): float(v) for k, v in raw["decode_tokens_per_s"].items()}
+        return cls(**raw)
+
+    def decode_capacity(self, batch: int) -> float:
+        """Output tokens/s at `batch` concurrent sequences, interpolated between measured sizes."""
+        points = sorted(self.decode_tokens_per_s.items())
+        if not points:
+            return 0.0
+        if batch <= points[0][0]:
+            return points[0][1] * batch / points[0][0]
+        for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
+            if batch <= b1:
+                return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+        return points[-1][1]
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    """A running replica's report to the scheduling layer."""
+
+    replica_id: str
+    region: str
+    variant: str
+    running: int
+    waiting: int
+    kv_used: float  # fraction of the KV budget in use
+    healthy: bool

@@ -1,0 +1,15 @@
+"""tandem.optimize: the optimization layer: a registry of optimizers composed into recipes.
+
+Built-ins are registered here; third-party optimizers arrive through the `tandem.optimizers`
+entry-point group. `apply_recipe(model, "int8+speculative(k=4)")` returns the OptimizedModel an
+Engine runs.
+"""
+
+from tandem.optimize import registry
+from tandem.optimize.precision import Baseline, BFloat16
+from tandem.optimize.registry import RecipeError, apply_recipe, describe, get, names, parse_recipe, register
+
+__all__ = ["RecipeError", "apply_recipe", "describe", "get", "names", "parse_recipe", "register", "registry"]
+
+register("baseline", Baseline())
+register("bf16", BFloat16())

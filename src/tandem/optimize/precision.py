@@ -1,0 +1,52 @@
+"""`baseline` (the model as loaded, in fp32) and `bf16` (weights and activations in bfloat16)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+import torch
+
+from tandem.contracts import OptimizedModel
+from tandem.model.loader import Model
+from tandem.model.packed_linear import PackedLinear
+
+__all__ = ["Baseline", "BFloat16", "with_dtype"]
+
+
+def ensure_unpacked(model: Model) -> None:
+    if any(isinstance(m, PackedLinear) for m in model.module.modules()):
+        raise ValueError(
+            f"model {model.name!r} is already owned by an Engine (its weights are packed); "
+            "apply optimizers to a freshly loaded model, before creating the Engine"
+        )
+
+
+def with_dtype(model: Model, dtype: torch.dtype) -> Model:
+    """A copy of `model` whose weights are in `dtype` (the input model is left as it was)."""
+    ensure_unpacked(model)
+    if model.dtype == dtype:
+        return model
+    module = copy.deepcopy(model.module).to(dtype)
+    module.rope_cos, module.rope_sin = model.module.rope_cos, model.module.rope_sin  # stay float32
+    return replace(model, module=module)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str = "baseline"
+    version: str = "1.0"
+    description: str = "the model as loaded, fp32 weights and activations (the reference)"
+
+    def optimize(self, model: OptimizedModel) -> OptimizedModel:
+        return model.with_changes(model=with_dtype(model.model, torch.float32))
+
+
+@dataclass(frozen=True)
+class BFloat16:
+    name: str = "bf16"
+    version: str = "1.0"
+    description: str = "bfloat16 weights and activations (half the bytes per decode step; oneDNN bf16 kernels)"
+
+    def optimize(self, model: OptimizedModel) -> OptimizedModel:
+        return model.with_changes(model=with_dtype(model.model, torch.bfloat16))
