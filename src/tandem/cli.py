@@ -57,7 +57,7 @@ def _register_optional_groups() -> None:
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name != module:
+            if exc.name is None or not module.startswith(exc.name):
                 raise
             continue
         for command in [getattr(mod, name)] if name else getattr(mod, "COMMANDS", []):
