@@ -21,6 +21,7 @@ from tandem.engine.outputs import RequestMetrics, RequestOutput
 from tandem.engine.sampler import new_generator, sample
 from tandem.engine.sampling_params import SamplingParams
 from tandem.engine.sequence import Sequence
+from tandem.engine.speculation import speculative_decode
 from tandem.model.loader import Model
 from tandem.model.tokenizer import IncrementalDetokenizer
 
@@ -82,6 +83,10 @@ class Engine:
         self.num_generated_tokens = 0
         self.num_drafted_tokens = 0  # speculative recipes: tokens proposed, and accepted by the target
         self.num_accepted_tokens = 0
+        self.num_spec_rows = 0  # sequence-steps decoded speculatively
+        self.speculator = optimized.speculator
+        if self.speculator is not None:
+            self.speculator.bind(num_slots, self.max_model_len)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -131,8 +136,7 @@ class Engine:
         seq = self.batcher.abort(request_id)
         if seq is None:
             return False
-        seq.metrics.finished_time = self.clock()
-        del self._live[request_id]
+        self._retire(seq)
         return True
 
     def has_unfinished(self) -> bool:
@@ -153,8 +157,8 @@ class Engine:
         if plan.empty:
             return []
         now = self.clock()
-        to_sample: list[Sequence] = []
-        logits_rows: list[torch.Tensor] = []
+        results: list[tuple[Sequence, list[int], list]] = []
+        finished_prefill, prefill_logits = [], []
         for seq, chunk in plan.prefill:
             if seq.metrics.first_scheduled_time is None:
                 seq.metrics.first_scheduled_time = now
@@ -163,34 +167,70 @@ class Engine:
             seq.num_computed += chunk
             self.num_prompt_tokens += chunk
             if seq.num_computed == len(seq.prompt_ids):
-                to_sample.append(seq)
-                logits_rows.append(logits)
+                finished_prefill.append(seq)
+                prefill_logits.append(logits)
+        if finished_prefill:
+            results += self._sample_one(finished_prefill, torch.cat(prefill_logits))
         if plan.decode:
-            logits = self.runner.forward(
-                [[s.output_ids[-1]] for s in plan.decode],
-                [s.slot for s in plan.decode],
-                [s.num_computed for s in plan.decode],
-                True,
-            )
-            for seq in plan.decode:
-                seq.num_computed += 1
-            to_sample.extend(plan.decode)
-            logits_rows.append(logits)
+            results += self._decode(plan.decode)
         outputs: list[RequestOutput] = []
-        if to_sample:
-            tokens, logprobs = sample(
-                torch.cat(logits_rows), [s.params for s in to_sample], [s.generator for s in to_sample]
-            )
-            now = self.clock()
-            for seq, token, logprob in zip(to_sample, tokens, logprobs, strict=True):
+        now = self.clock()
+        for seq, tokens, logprobs in results:
+            appended = []
+            for token, logprob in zip(tokens, logprobs, strict=True):
                 seq.append(token, logprob)
-                self._stamp(seq, now)
-                outputs.append(seq.take_output([token]))
-            self.num_generated_tokens += len(tokens)
+                appended.append(token)
+                if seq.finished:
+                    break
+            self._stamp(seq, now)
+            self.num_generated_tokens += len(appended)
+            outputs.append(seq.take_output(appended))
         for seq in self.batcher.release_finished():
-            seq.metrics.finished_time = self.clock()
-            self._live.pop(seq.request_id, None)
+            self._retire(seq)
         return outputs
+
+    def _sample_one(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, list[int], list]]:
+        tokens, logprobs = sample(logits, [s.params for s in seqs], [s.generator for s in seqs])
+        return [(s, [t], [lp]) for s, t, lp in zip(seqs, tokens, logprobs, strict=True)]
+
+    def _decode(self, seqs: list[Sequence]) -> list[tuple[Sequence, list[int], list]]:
+        """One decode step for all running sequences: speculative when a speculator is attached
+        and the batch is small enough for verification to pay, plain otherwise."""
+        spec = self.speculator
+        if spec is not None and len(seqs) <= spec.max_batch:
+            verified = speculative_decode(self.runner, spec, seqs, self.max_model_len)
+            if verified is not None:
+                results = []
+                for seq, drafted, tokens, logprobs in verified:
+                    seq.metrics.num_drafted_tokens += drafted
+                    seq.metrics.num_accepted_tokens += len(tokens) - 1
+                    self.num_drafted_tokens += drafted
+                    self.num_accepted_tokens += len(tokens) - 1
+                    results.append((seq, tokens, logprobs))
+                self.num_spec_rows += len(seqs)
+                return results
+        logits = self.runner.forward(
+            [[s.output_ids[-1]] for s in seqs], [s.slot for s in seqs], [s.num_computed for s in seqs], True
+        )
+        for seq in seqs:
+            seq.num_computed += 1
+        return self._sample_one(seqs, logits)
+
+    def _retire(self, seq: Sequence) -> None:
+        seq.metrics.finished_time = self.clock()
+        self._live.pop(seq.request_id, None)
+        if self.speculator is not None:
+            self.speculator.release(seq)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens over the engine's life (0 when nothing was drafted)."""
+        return self.num_accepted_tokens / self.num_drafted_tokens if self.num_drafted_tokens else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens gained per speculative row-step: accepted proposals plus the target's own token."""
+        return (self.num_accepted_tokens + self.num_spec_rows) / self.num_spec_rows if self.num_spec_rows else 0.0
 
     def _stamp(self, seq: Sequence, now: float) -> None:
         if seq.metrics.first_token_time is None:

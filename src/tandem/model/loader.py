@@ -39,10 +39,9 @@ class Model:
     @property
     def weight_bytes(self) -> int:
         """Bytes of all weights (tied tensors once): what one decode step must read from memory."""
-        from tandem.model.packed_linear import PackedLinear
-
+        # Packed and quantized layers hold their weights outside parameters and report them.
         params = sum(p.numel() * p.element_size() for p in self.module.parameters())
-        return params + sum(m.weight_bytes for m in self.module.modules() if isinstance(m, PackedLinear))
+        return params + sum(getattr(m, "weight_bytes", 0) for m in self.module.modules() if m is not self.module)
 
 
 def default_model_dir() -> Path:

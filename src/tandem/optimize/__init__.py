@@ -6,10 +6,16 @@ Engine runs.
 """
 
 from tandem.optimize import registry
+from tandem.optimize.int8 import Int8
+from tandem.optimize.ngram import Ngram
 from tandem.optimize.precision import Baseline, BFloat16
+from tandem.optimize.speculative import Speculative
 from tandem.optimize.registry import RecipeError, apply_recipe, describe, get, names, parse_recipe, register
 
 __all__ = ["RecipeError", "apply_recipe", "describe", "get", "names", "parse_recipe", "register", "registry"]
 
 register("baseline", Baseline())
 register("bf16", BFloat16())
+register("int8", Int8())
+register("speculative", Speculative())
+register("ngram", Ngram())

@@ -1,0 +1,121 @@
+"""Speculative decoding inside continuous batching: propose, verify in one batched forward, accept.
+
+A Speculator (draft model, n-gram lookup, ... supplied by the optimization layer) proposes up to k
+tokens per running sequence. The target then scores, for all rows at once, the last accepted token
+followed by the k proposals: one forward of T = k + 1 tokens per row. Acceptance is lossless:
+- greedy rows keep proposals while they equal the target's argmax, then add the target's own token;
+- sampled rows use rejection sampling (Leviathan et al. 2023): accept proposal x with probability
+  min(1, p(x) / q(x)); on the first rejection sample from norm(max(0, p - q)); if all k are accepted,
+  sample a bonus token from p. The output then has exactly the target's distribution p, where p and
+  q are the request's own filtered distributions (temperature, top-k, top-p).
+Every row therefore gains between 1 and k + 1 tokens per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from tandem.engine.model_runner import ModelRunner
+from tandem.engine.outputs import TokenLogprob
+from tandem.engine.sampler import _logprob_entry, filtered_probs
+from tandem.engine.sequence import Sequence
+
+__all__ = ["Speculator", "Proposal", "verify", "speculative_decode"]
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]  # proposed continuation (may be shorter than k, or empty)
+    probs: torch.Tensor | None = None  # [len(tokens), V] draft distribution q per token; None = point mass
+
+
+class Speculator(Protocol):
+    """Proposes draft tokens for running sequences. Implementations keep whatever state they need
+    (a draft model's KV cache in the same slots as the target's) and are told about every outcome."""
+
+    k: int
+    max_batch: int  # above this many decoding rows, plain decoding is cheaper: speculation switches off
+
+    def bind(self, num_slots: int, max_len: int) -> None: ...
+
+    def propose(self, seqs: list[Sequence], k: int) -> list[Proposal]: ...
+
+    def release(self, seq: Sequence) -> None: ...
+
+
+def verify(
+    seqs: list[Sequence], proposals: list[Proposal], logits: torch.Tensor
+) -> list[tuple[list[int], list[TokenLogprob | None]]]:
+    """Accept or reject each row's proposals against the target's logits [B, k + 1, V].
+
+    Row i's logits[i, j] is the target's prediction after the last accepted token and the first j
+    proposals. Returns, per row, the tokens to append (accepted proposals + one target token) and
+    their logprobs where the request asked for them.
+    """
+    results = []
+    for row, (seq, proposal) in enumerate(zip(seqs, proposals, strict=True)):
+        params, draft = seq.params, proposal.tokens
+        row_logits = logits[row, : len(draft) + 1]
+        if params.greedy:
+            target = row_logits.argmax(-1).tolist()
+            accepted = 0
+            while accepted < len(draft) and draft[accepted] == target[accepted]:
+                accepted += 1
+            tokens = draft[:accepted] + [target[accepted]]
+        else:
+            p = filtered_probs(row_logits, params)  # [len(draft) + 1, V]
+            tokens = []
+            for j, x in enumerate(draft):
+                q_x = 1.0 if proposal.probs is None else float(proposal.probs[j, x])
+                u = torch.rand((), generator=seq.generator).item()
+                if u * q_x <= float(p[j, x]):  # accept with probability min(1, p/q)
+                    tokens.append(x)
+                    continue
+                # Rejected: the residual max(0, p - q) holds exactly the mass plain sampling would
+                # have put elsewhere.
+                q = torch.zeros_like(p[j]) if proposal.probs is None else proposal.probs[j]
+                if proposal.probs is None:
+                    q[x] = 1.0
+                residual = (p[j] - q).clamp_min(0)
+                total = residual.sum()
+                dist = residual / total if total > 0 else p[j]
+                tokens.append(int(torch.multinomial(dist, 1, generator=seq.generator).item()))
+                break
+            else:  # every proposal accepted: a bonus token from the target's last position
+                tokens.append(int(torch.multinomial(p[len(draft)], 1, generator=seq.generator).item()))
+        logprobs: list[TokenLogprob | None] = [None] * len(tokens)
+        if params.logprobs is not None:
+            lp = torch.log_softmax(row_logits[: len(tokens)], dim=-1)
+            logprobs = [_logprob_entry(lp[j], t, params.logprobs) for j, t in enumerate(tokens)]
+        results.append((tokens, logprobs))
+    return results
+
+
+def speculative_decode(
+    runner: ModelRunner, speculator: Speculator, seqs: list[Sequence], max_len: int
+) -> list[tuple[Sequence, int, list[int], list[TokenLogprob | None]]] | None:
+    """Propose, verify all rows in one target forward, and advance each row's KV position.
+
+    Returns (sequence, tokens drafted, tokens to append, their logprobs) per row, or None when
+    nothing was proposed (the caller then decodes plainly).
+    """
+    # Each row writes k + 1 positions starting at its last token: stay inside the KV slot.
+    k = min(speculator.k, min(max_len - s.length for s in seqs))
+    if k <= 0:
+        return None
+    proposals = speculator.propose(seqs, k)
+    width = max((len(p.tokens) for p in proposals), default=0)
+    if width == 0:
+        return None
+    # Rows are padded to one width; padded positions' logits are never read and their KV entries
+    # lie past the accepted length, to be overwritten.
+    rows = [[s.output_ids[-1], *p.tokens, *[0] * (width - len(p.tokens))] for s, p in zip(seqs, proposals, strict=True)]
+    logits = runner.forward(rows, [s.slot for s in seqs], [s.num_computed for s in seqs], last_only=False)
+    out = []
+    for seq, proposal, (tokens, logprobs) in zip(seqs, proposals, verify(seqs, proposals, logits), strict=True):
+        seq.num_computed += len(tokens)  # the fed last token plus the accepted proposals hold valid KV
+        out.append((seq, len(proposal.tokens), tokens, logprobs))
+    return out

@@ -1,0 +1,69 @@
+"""`ngram`: prompt-lookup speculation. No draft model: the continuation of the most recent earlier
+occurrence of the sequence's last n tokens is proposed (code and chat repeat themselves a lot), and
+the target verifies it through the same batched path as draft-model speculation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tandem.contracts import OptimizedModel
+from tandem.engine.sequence import Sequence
+from tandem.engine.speculation import Proposal
+
+__all__ = ["NgramSpeculator", "Ngram", "lookup"]
+
+
+def lookup(ids: list[int], k: int, n_max: int, n_min: int) -> list[int]:
+    """Up to k tokens that followed the latest earlier match of ids' last n tokens (longest n first)."""
+    length = len(ids)
+    for n in range(min(n_max, length - 1), n_min - 1, -1):
+        pattern = ids[length - n :]
+        first = pattern[0]
+        # Scan backwards so the most recent occurrence wins; the match must end before the suffix.
+        for start in range(length - n - 1, -1, -1):
+            if ids[start] == first and ids[start : start + n] == pattern:
+                return ids[start + n : start + n + k]
+    return []
+
+
+@dataclass
+class NgramSpeculator:
+    k: int = 4
+    max_batch: int = 64
+    n_max: int = 3
+    n_min: int = 1
+
+    def bind(self, num_slots: int, max_len: int) -> None:
+        pass
+
+    def propose(self, seqs: list[Sequence], k: int) -> list[Proposal]:
+        return [Proposal(lookup(seq.all_ids, k, self.n_max, self.n_min)) for seq in seqs]
+
+    def release(self, seq: Sequence) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Ngram:
+    k: int = 4
+    n: int = 3
+    max_batch: int = 64
+    name: str = "ngram"
+    version: str = "1.0"
+    description: str = "prompt-lookup speculation: propose the continuation of an earlier n-gram match"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.k, int) or not 1 <= self.k <= 16:
+            raise ValueError(f"ngram: k must be an integer in [1, 16], got {self.k!r}")
+        if not isinstance(self.n, int) or not 1 <= self.n <= 8:
+            raise ValueError(f"ngram: n must be an integer in [1, 8], got {self.n!r}")
+        if not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise ValueError(f"ngram: max_batch must be an integer >= 1, got {self.max_batch!r}")
+
+    def with_params(self, **params) -> Ngram:
+        return replace(self, **params)
+
+    def optimize(self, model: OptimizedModel) -> OptimizedModel:
+        if model.speculator is not None:
+            raise ValueError("ngram: the recipe already has a speculator; use one speculative optimizer")
+        return model.with_changes(speculator=NgramSpeculator(self.k, self.max_batch, self.n))

@@ -1,0 +1,137 @@
+"""`speculative`: draft-model speculative decoding inside continuous batching.
+
+A small draft model with the target's tokenizer proposes k tokens per running sequence; the engine
+verifies them for all rows in one target forward (tandem.engine.speculation). The draft keeps its
+own KV cache in the same slot numbers as the target's and catches up lazily: before proposing, it
+feeds whatever tokens of the sequence it has not seen (the prompt once, then the 1-2 tokens the last
+verification committed), so rejected proposals cost nothing to undo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from tandem.contracts import OptimizedModel
+from tandem.engine.model_runner import ModelRunner
+from tandem.engine.sampler import filtered_probs
+from tandem.engine.sequence import Sequence
+from tandem.engine.speculation import Proposal
+from tandem.model.loader import Model, load_model
+
+__all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir"]
+
+
+def default_draft_dir() -> Path:
+    return Path(__file__).resolve().parents[3] / "models" / "tandem-code-draft"
+
+
+@dataclass
+class _DraftState:
+    ids: list[int]  # tokens whose keys/values are in the draft's slot, in order
+    verified: int  # prefix length known to agree with the sequence
+
+
+@dataclass
+class DraftModelSpeculator:
+    draft: Model
+    k: int = 4
+    max_batch: int = 4
+    runner: ModelRunner | None = None
+    states: dict[str, _DraftState] = field(default_factory=dict)
+
+    def bind(self, num_slots: int, max_len: int) -> None:
+        self.runner = ModelRunner(self.draft.module, num_slots, max_len)
+
+    def release(self, seq: Sequence) -> None:
+        self.states.pop(seq.request_id, None)
+
+    def _valid_prefix(self, seq: Sequence, ids: list[int]) -> int:
+        state = self.states.get(seq.request_id)
+        if state is None:
+            return 0
+        valid = state.verified
+        limit = min(len(state.ids), len(ids))
+        while valid < limit and state.ids[valid] == ids[valid]:
+            valid += 1
+        return valid
+
+    def _catch_up(self, seqs: list[Sequence]) -> torch.Tensor:
+        """Feed each row's unseen tokens; return the draft's logits after each row's last token."""
+        assert self.runner is not None, "bind() must run before propose()"
+        all_ids = [s.all_ids for s in seqs]
+        valid = [self._valid_prefix(s, ids) for s, ids in zip(seqs, all_ids, strict=True)]
+        pending = [len(ids) - v for ids, v in zip(all_ids, valid, strict=True)]
+        width = max(pending)
+        logits: list[torch.Tensor | None] = [None] * len(seqs)
+        batched = [i for i, ids in enumerate(all_ids) if len(ids) >= width and width <= self.k + 1]
+        if batched:
+            # Short catch-ups share one forward: rows with fewer unseen tokens re-feed a few seen ones
+            # (rewriting identical keys/values) so every row carries `width` tokens.
+            rows = [all_ids[i][-width:] for i in batched]
+            starts = [len(all_ids[i]) - width for i in batched]
+            out = self.runner.forward(rows, [seqs[i].slot for i in batched], starts, last_only=True)
+            for j, i in enumerate(batched):
+                logits[i] = out[j]
+        for i, seq in enumerate(seqs):
+            if logits[i] is None:  # a fresh prompt: prefill the draft in its own forward
+                start = valid[i]
+                logits[i] = self.runner.forward([all_ids[i][start:]], [seq.slot], [start], last_only=True)[0]
+        return torch.stack(logits)
+
+    def propose(self, seqs: list[Sequence], k: int) -> list[Proposal]:
+        logits = self._catch_up(seqs)
+        tokens: list[list[int]] = [[] for _ in seqs]
+        probs: list[list[torch.Tensor]] = [[] for _ in seqs]
+        for step in range(k):
+            for i, seq in enumerate(seqs):
+                if seq.params.greedy:
+                    tokens[i].append(int(logits[i].argmax()))
+                else:  # sample from the draft's own filtered distribution q; verification needs q
+                    q = filtered_probs(logits[i], seq.params)
+                    tokens[i].append(int(torch.multinomial(q, 1, generator=seq.generator).item()))
+                    probs[i].append(q)
+            if step < k - 1:
+                starts = [s.length + step for s in seqs]
+                logits = self.runner.forward([[t[-1]] for t in tokens], [s.slot for s in seqs], starts, True)
+        proposals = []
+        for i, seq in enumerate(seqs):
+            # The draft's cache now holds the sequence plus all but the last proposal.
+            self.states[seq.request_id] = _DraftState(seq.all_ids + tokens[i][:-1], seq.length)
+            q = torch.stack(probs[i]) if probs[i] else None
+            proposals.append(Proposal(tokens[i], q))
+        return proposals
+
+
+@dataclass(frozen=True)
+class Speculative:
+    k: int = 4
+    draft: str | None = None  # draft model directory; default: the bundled draft
+    max_batch: int = 4
+    name: str = "speculative"
+    version: str = "1.0"
+    description: str = "draft-model speculative decoding, verified in one batched target forward (lossless)"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.k, int) or not 1 <= self.k <= 16:
+            raise ValueError(f"speculative: k must be an integer in [1, 16], got {self.k!r}")
+        if not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise ValueError(f"speculative: max_batch must be an integer >= 1, got {self.max_batch!r}")
+
+    def with_params(self, **params) -> Speculative:
+        return replace(self, **params)
+
+    def optimize(self, model: OptimizedModel) -> OptimizedModel:
+        if model.speculator is not None:
+            raise ValueError("speculative: the recipe already has a speculator; use one speculative optimizer")
+        draft = load_model(self.draft or default_draft_dir())
+        target = model.model
+        if draft.config.vocab_size != target.config.vocab_size:
+            raise ValueError(
+                f"speculative: draft vocabulary ({draft.config.vocab_size}) differs from the target's "
+                f"({target.config.vocab_size}); the draft must share the target's tokenizer"
+            )
+        speculator = DraftModelSpeculator(draft, self.k, self.max_batch)
+        return model.with_changes(speculator=speculator, notes=(*model.notes, f"draft={draft.path}"))
