@@ -18,3 +18,9 @@ def tiny_model_dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tiny_model_dirs) -> Path:
     return tiny_model_dirs["llama"]
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_dir(tmp_path_factory) -> Path:
+    """A smaller random Llama sharing the tiny models' tokenizer: a (poor) draft for speculation."""
+    return save_tiny("llama", tmp_path_factory.mktemp("draft") / "llama-draft", seed=1, num_hidden_layers=1)

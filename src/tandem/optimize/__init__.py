@@ -9,8 +9,8 @@ from tandem.optimize import registry
 from tandem.optimize.int8 import Int8
 from tandem.optimize.ngram import Ngram
 from tandem.optimize.precision import Baseline, BFloat16
-from tandem.optimize.speculative import Speculative
 from tandem.optimize.registry import RecipeError, apply_recipe, describe, get, names, parse_recipe, register
+from tandem.optimize.speculative import Speculative
 
 __all__ = ["RecipeError", "apply_recipe", "describe", "get", "names", "parse_recipe", "register", "registry"]
 

@@ -60,7 +60,9 @@ def register(name: str, optimizer: InferenceOptimizer | Factory, *, replace: boo
         raise RecipeError(f"optimizer name {name!r} must be lowercase letters, digits, '-' or '_'")
     if name in _factories and not replace:
         raise RecipeError(f"an optimizer named {name!r} is already registered")
-    if isinstance(optimizer, InferenceOptimizer):
+    # A class is a factory (its fields are the recipe's parameters), even though its class attributes
+    # would satisfy the protocol's structural check.
+    if isinstance(optimizer, InferenceOptimizer) and not isinstance(optimizer, type):
         instance = optimizer
 
         def factory(**params: Any) -> InferenceOptimizer:

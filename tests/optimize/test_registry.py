@@ -1,0 +1,73 @@
+"""Registry and recipes: names, parameters, composition, and clear errors listing the valid names."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from tandem.contracts import InferenceOptimizer, OptimizedModel
+from tandem.optimize import RecipeError, apply_recipe, describe, get, names, parse_recipe, register
+from tandem.optimize.registry import RecipeStep
+
+
+def test_builtins_are_registered_with_versions_and_descriptions():
+    assert {"baseline", "bf16", "int8", "speculative", "ngram"} <= set(names())
+    for name, version, description in describe():
+        assert version and description, name
+
+
+def test_parse_recipe_with_parameters():
+    steps = parse_recipe("int8+speculative(k=4, draft=models/x)")
+    assert steps == [RecipeStep("int8"), RecipeStep("speculative", (("k", 4), ("draft", "models/x")))]
+    assert str(steps[1]) == "speculative(k=4, draft=models/x)"
+    assert parse_recipe(" ngram ( k = 3 ) ") == [RecipeStep("ngram", (("k", 3),))]
+
+
+@pytest.mark.parametrize(
+    "recipe, message",
+    [
+        ("int9", r"unknown optimizer 'int9'.*registered: .*baseline.*int8"),
+        ("", "the recipe is empty"),
+        ("int8+", "cannot parse recipe step ''"),
+        ("ngram(k)", "parameter 'k' must be key=value"),
+        ("int8++bf16", "cannot parse"),
+    ],
+)
+def test_bad_recipes_are_clear_errors(recipe, message):
+    with pytest.raises(RecipeError, match=message):
+        parse_recipe(recipe)
+
+
+def test_bad_parameter_is_a_clear_error():
+    with pytest.raises(RecipeError, match="bad parameter for optimizer 'ngram'.*'q'"):
+        get("ngram", q=3)
+    with pytest.raises(ValueError, match="k must be an integer in"):
+        get("ngram", k=0)
+    with pytest.raises(RecipeError, match="'baseline' takes no parameters"):
+        get("baseline", x=1)
+
+
+@dataclass(frozen=True)
+class Tagger:
+    tag: str = "a"
+    name: str = "tagger"
+    version: str = "9.9"
+    description: str = "appends a note (test)"
+
+    def optimize(self, model: OptimizedModel) -> OptimizedModel:
+        return model.with_changes(notes=(*model.notes, self.tag))
+
+
+def test_register_and_compose_in_order():
+    register("tagger", lambda **params: Tagger(**params), replace=True)
+    assert isinstance(Tagger(), InferenceOptimizer)
+    result = apply_recipe(object(), "tagger(tag=first)+tagger(tag=second)")
+    assert result.notes == ("first", "second")
+    assert result.applied == (("tagger", "9.9"), ("tagger", "9.9"))
+    assert result.recipe == "tagger(tag=first)+tagger(tag=second)"
+    with pytest.raises(RecipeError, match="already registered"):
+        register("tagger", Tagger())
+
+
+def test_register_rejects_bad_names():
+    with pytest.raises(RecipeError, match="must be lowercase"):
+        register("Bad Name", Tagger())
