@@ -34,7 +34,15 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
+        rows = flat.shape[0]
+        # oneDNN builds (and caches) a kernel per row count, ~5 ms each: prompts of every length
+        # would each pay it. Above 16 rows, pad to a multiple of 32 so a few kernels serve all.
+        padded = rows if rows <= 16 else -(-rows // 32) * 32
+        if padded != rows:
+            flat = torch.cat([flat, flat.new_zeros(padded - rows, self.in_features)])
         out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+        if padded != rows:
+            out = out[:rows]
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

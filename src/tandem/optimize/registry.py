@@ -146,7 +146,7 @@ def _parse_params(name: str, text: str) -> tuple[tuple[str, Any], ...]:
 
 
 def parse_recipe(recipe: str) -> list[RecipeStep]:
-    """"int8+speculative(k=4)" -> [RecipeStep("int8"), RecipeStep("speculative", (("k", 4),))]."""
+    """ "int8+speculative(k=4)" -> [RecipeStep("int8"), RecipeStep("speculative", (("k", 4),))]."""
     if not isinstance(recipe, str) or not recipe.strip():
         raise RecipeError("the recipe is empty; registered optimizers: " + ", ".join(names()))
     steps = []

@@ -1,0 +1,146 @@
+"""`tandem bench`: one workload through each recipe and through transformers, in the same run.
+
+Every row serves the same requests (lengths from the Azure trace, held-out code as prompts), all
+arriving at t=0, greedy, exactly max_tokens each. Rows report output tokens/s, TTFT and TPOT
+percentiles, and cost per million output tokens at the given $/hour, each with its ratio to
+`baseline`. Times are wall-clock on this machine: compare ratios, not absolute values.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tandem.engine import Engine, EngineConfig, SamplingParams
+from tandem.model.loader import load_model
+from tandem.optimize.registry import apply_recipe
+from tandem.optimize.workload import BenchRequest, load_workload
+
+__all__ = ["BenchRow", "run_bench", "rows_as_json", "summarize", "usd_per_million_tokens", "DEFAULT_PRICE"]
+
+# The price is an input; this default is pinned with its source so results can be re-priced.
+DEFAULT_PRICE = (0.1026, "AWS EC2 c7a.large on-demand (2 vCPU AMD EPYC, AVX-512), us-east-1 list price")
+
+
+def usd_per_million_tokens(usd_per_hour: float, tokens_per_s: float) -> float:
+    return 1e6 * usd_per_hour / (3600 * tokens_per_s) if tokens_per_s > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    recipe: str
+    output_tokens_per_s: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    usd_per_million_tokens: float
+    requests: int
+    output_tokens: int
+    wall_s: float
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+
+
+def summarize(recipe: str, timings: list[tuple[float, float, float, int]], usd_per_hour: float, **extra) -> BenchRow:
+    """timings: (arrival, first token, finish, output tokens) per request."""
+    arrival = min(t[0] for t in timings)
+    wall = max(t[2] for t in timings) - arrival
+    tokens = sum(t[3] for t in timings)
+    ttft = np.array([t[1] - t[0] for t in timings])
+    tpot = np.array([(t[2] - t[1]) / (t[3] - 1) for t in timings if t[3] > 1])
+    rate = tokens / wall
+    return BenchRow(
+        recipe=recipe,
+        output_tokens_per_s=rate,
+        ttft_p50_s=float(np.percentile(ttft, 50)),
+        ttft_p99_s=float(np.percentile(ttft, 99)),
+        tpot_p50_s=float(np.percentile(tpot, 50)) if len(tpot) else 0.0,
+        tpot_p99_s=float(np.percentile(tpot, 99)) if len(tpot) else 0.0,
+        usd_per_million_tokens=usd_per_million_tokens(usd_per_hour, rate),
+        requests=len(timings),
+        output_tokens=tokens,
+        wall_s=wall,
+        **extra,
+    )
+
+
+def _run_engine(engine: Engine, requests: list[BenchRequest]) -> list[tuple[float, float, float, int]]:
+    start = time.perf_counter()
+    ids = [
+        engine.add_request(r.prompt_ids, SamplingParams.greedy_params(r.max_tokens, ignore_eos=True)) for r in requests
+    ]
+    first: dict[str, float] = {}
+    done: dict[str, tuple[float, int]] = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            now = time.perf_counter()
+            first.setdefault(out.request_id, now)
+            if out.finished:
+                done[out.request_id] = (now, len(out.token_ids))
+    return [(start, first[i], done[i][0], done[i][1]) for i in ids]
+
+
+def run_bench(
+    model_dir: str | Path | None,
+    recipes: list[str],
+    num_requests: int,
+    usd_per_hour: float,
+    max_num_seqs: int = 32,
+    hf_rows: bool = True,
+    hf_batch_size: int = 8,
+    seed: int = 0,
+    progress=None,
+) -> list[BenchRow]:
+    probe = load_model(model_dir)
+    max_len = min(probe.config.max_position_embeddings, 2048)
+    requests = load_workload(probe.tokenizer, max_len, num_requests, seed=seed)
+    config = EngineConfig(max_model_len=max_len, kv_cache_tokens=max_len * max_num_seqs, max_num_seqs=max_num_seqs)
+    rows = []
+    # Warm-up: every prompt once with a few output tokens, so kernel creation for each shape is not timed.
+    warmup = [BenchRequest(r.prompt_ids, min(r.max_tokens, 3)) for r in requests]
+    for recipe in recipes:
+        if progress:
+            progress(f"tandem {recipe}")
+        engine = Engine(apply_recipe(load_model(model_dir), recipe), config)
+        _run_engine(engine, warmup)
+        drafted_before, accepted_before = engine.num_drafted_tokens, engine.num_accepted_tokens
+        timings = _run_engine(engine, requests)
+        drafted = engine.num_drafted_tokens - drafted_before
+        accepted = engine.num_accepted_tokens - accepted_before
+        spec = {}
+        if engine.speculator is not None:
+            spec = dict(
+                acceptance_rate=accepted / drafted if drafted else 0.0,
+                mean_acceptance_length=engine.mean_acceptance_length,
+            )
+        rows.append(summarize(engine.recipe, timings, usd_per_hour, **spec))
+        del engine
+    if hf_rows:
+        from tandem.optimize.bench_hf import load_hf, run_hf_sequential, run_hf_static_batch
+
+        hf = load_hf(probe.path, probe.dtype)
+        pad = probe.tokenizer.eos_token_id or 0
+        run_hf_sequential(hf, warmup[:2], pad)  # warm-up
+        if progress:
+            progress("transformers sequential generate")
+        rows.append(summarize("hf-sequential", run_hf_sequential(hf, requests, pad), usd_per_hour))
+        if progress:
+            progress(f"transformers static batches of {hf_batch_size}")
+        rows.append(summarize("hf-static-batch", run_hf_static_batch(hf, requests, pad, hf_batch_size), usd_per_hour))
+    return rows
+
+
+def rows_as_json(rows: list[BenchRow], baseline: str = "baseline") -> list[dict]:
+    base = next((r for r in rows if r.recipe == baseline), None)
+    out = []
+    for row in rows:
+        item = asdict(row)
+        if base is not None:
+            item["throughput_vs_baseline"] = row.output_tokens_per_s / base.output_tokens_per_s
+            item["cost_vs_baseline"] = row.usd_per_million_tokens / base.usd_per_million_tokens
+        out.append(item)
+    return out

@@ -1,0 +1,144 @@
+"""`tandem optimizers`, `tandem profile` and `tandem bench`: the optimization layer's commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["COMMANDS"]
+
+
+@click.command("optimizers")
+def optimizers_command() -> None:
+    """List every registered optimizer (built-in and plug-in) with its version and description."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tandem.optimize import describe
+
+    table = Table(title="tandem optimizers (compose with '+': int8+speculative(k=4))")
+    for column in ("name", "version", "description"):
+        table.add_column(column)
+    for name, version, description in describe():
+        table.add_row(name, version, description)
+    Console().print(table)
+
+
+@click.command("profile")
+@click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
+@click.option("--recipe", default="baseline", show_default=True, help="e.g. int8+speculative(k=4)")
+@click.option("--batch-sizes", default="1,2,4,8,16,32", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None)
+@click.option("--threads", type=click.IntRange(min=1), default=None)
+def profile_command(model_dir, recipe, batch_sizes, output, threads) -> None:
+    """Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start)."""
+    from tandem.model import ModelLoadError
+    from tandem.optimize import RecipeError
+    from tandem.optimize.profile import measure_profile
+
+    try:
+        sizes = tuple(sorted({int(b) for b in batch_sizes.split(",")}))
+        if not sizes or min(sizes) < 1:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter("a comma-separated list of positive integers", param_hint="--batch-sizes") from None
+    try:
+        profile = measure_profile(model_dir, recipe, batch_sizes=sizes, threads=threads)
+    except (ModelLoadError, RecipeError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    text = profile.to_json()
+    if output:
+        Path(output).write_text(text + "\n")
+    click.echo(text)
+
+
+@click.command("bench")
+@click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
+@click.option("--recipes", default="baseline,int8,ngram,speculative", show_default=True, help="comma-separated")
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--usd-per-hour",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="machine price for the cost column (default: a pinned c7a.large price)",
+)
+@click.option("--max-num-seqs", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--hf/--no-hf", "hf_rows", default=True, show_default=True, help="include transformers rows")
+@click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)
+def bench_command(
+    model_dir, recipes, num_requests, usd_per_hour, max_num_seqs, hf_rows, hf_batch_size, seed, json_path
+):
+    """Run one trace-shaped workload through each recipe and through transformers; print ratios."""
+    import json
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from tandem.model import ModelLoadError
+    from tandem.optimize import RecipeError, parse_recipe
+    from tandem.optimize.bench import DEFAULT_PRICE, rows_as_json, run_bench
+
+    console = Console(stderr=True)
+    price, source = (usd_per_hour, "given with --usd-per-hour") if usd_per_hour else DEFAULT_PRICE
+    recipe_list = [r.strip() for r in recipes.split(",") if r.strip()]
+    try:
+        for recipe in recipe_list:
+            parse_recipe(recipe)
+        if "baseline" not in recipe_list:
+            recipe_list.insert(0, "baseline")  # every ratio is to baseline, measured in the same run
+        rows = run_bench(
+            model_dir,
+            recipe_list,
+            num_requests,
+            price,
+            max_num_seqs,
+            hf_rows,
+            hf_batch_size,
+            seed,
+            progress=lambda what: console.log(f"running {what}"),
+        )
+    except (ModelLoadError, RecipeError, ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    results = rows_as_json(rows)
+    table = Table(title=f"tandem bench: {num_requests} requests, ${price}/h ({source})")
+    for column in (
+        "recipe",
+        "out tok/s",
+        "x base",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "$/M tok",
+        "accept",
+    ):
+        table.add_column(column, justify="right")
+    for r in results:
+        accept = f"{r['acceptance_rate']:.0%} ({r['mean_acceptance_length']:.2f})" if r["acceptance_rate"] else ""
+        table.add_row(
+            r["recipe"],
+            f"{r['output_tokens_per_s']:.1f}",
+            f"{r['throughput_vs_baseline']:.2f}x",
+            f"{r['ttft_p50_s']:.3f}s",
+            f"{r['ttft_p99_s']:.3f}s",
+            f"{1e3 * r['tpot_p50_s']:.1f}ms",
+            f"{1e3 * r['tpot_p99_s']:.1f}ms",
+            f"{r['usd_per_million_tokens']:.3f}",
+            accept,
+        )
+    Console().print(table)
+    if json_path:
+        payload = {
+            "command": " ".join(["tandem", *sys.argv[1:]]),
+            "usd_per_hour": price,
+            "price_source": source,
+            "results": results,
+        }
+        Path(json_path).write_text(json.dumps(payload, indent=2) + "\n")
+
+
+COMMANDS = [optimizers_command, profile_command, bench_command]

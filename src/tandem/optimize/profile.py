@@ -1,0 +1,116 @@
+"""measure_profile: what one replica of a recipe can do on this hardware, measured, as a Profile.
+
+The scheduling layer sizes fleets from these numbers, so each is measured, never assumed: decode
+output tokens/s at several concurrencies, prefill tokens/s, time to first token, memory, and the
+cold start (load + optimize + first token).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from tandem.contracts import Profile
+from tandem.engine import Engine, EngineConfig, SamplingParams
+from tandem.model.loader import load_model
+from tandem.optimize.registry import apply_recipe
+
+__all__ = ["measure_profile", "hardware_name", "synthetic_prompt"]
+
+
+def hardware_name() -> str:
+    return f"cpu-{os.cpu_count()}c-{torch.backends.cpu.get_cpu_capability().lower()}"
+
+
+def synthetic_prompt(vocab_size: int, length: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab_size, (length,), generator=g).tolist()
+
+
+def _decode_rate(engine: Engine, batch: int, prompt_len: int, new_tokens: int) -> float:
+    """Output tokens/s of `batch` concurrent sequences once all are prefilled."""
+    vocab = engine.model.config.vocab_size
+    params = SamplingParams.greedy_params(new_tokens, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(synthetic_prompt(vocab, prompt_len, seed=i), params)
+    while any(s.in_prefill for s in engine.batcher.running) or engine.batcher.waiting:
+        engine.step()
+    produced, start = 0, time.perf_counter()
+    while engine.has_unfinished():
+        produced += sum(len(o.new_token_ids) for o in engine.step())
+    return produced / (time.perf_counter() - start)
+
+
+def measure_profile(
+    model_dir: str | Path | None,
+    recipe: str,
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
+    prompt_len: int = 64,
+    new_tokens: int = 32,
+    max_model_len: int | None = None,
+    threads: int | None = None,
+) -> Profile:
+    t0 = time.perf_counter()
+    model = load_model(model_dir)
+    optimized = apply_recipe(model, recipe)
+    max_slots = max(batch_sizes)
+    engine_max_len = max_model_len or min(model.config.max_position_embeddings, 2048)
+    config = EngineConfig(
+        max_model_len=engine_max_len,
+        kv_cache_tokens=engine_max_len * max_slots,
+        max_num_seqs=max_slots,
+        max_prefill_tokens=max(512, prompt_len * max_slots),
+        num_threads=threads,
+    )
+    engine = Engine(optimized, config)
+    prompt_len = min(prompt_len, engine.max_model_len - new_tokens - 1)
+    vocab = model.config.vocab_size
+    first = engine.add_request(synthetic_prompt(vocab, prompt_len, 0), SamplingParams.greedy_params(1))
+    while not any(o.request_id == first for o in engine.step()):
+        pass
+    cold_start = time.perf_counter() - t0
+    # Time to first token of a lone request, and prefill throughput of a long prompt.
+    ttfts = []
+    for seed in range(5):
+        start = time.perf_counter()
+        engine.generate([synthetic_prompt(vocab, prompt_len, seed)], SamplingParams.greedy_params(1))
+        ttfts.append(time.perf_counter() - start)
+    long_len = min(512, engine.max_model_len - 2)
+    start = time.perf_counter()
+    engine.generate([synthetic_prompt(vocab, long_len, 99)], SamplingParams.greedy_params(1))
+    prefill_rate = long_len / (time.perf_counter() - start)
+    _decode_rate(engine, 1, prompt_len, 4)  # warm-up
+    decode = {b: _decode_rate(engine, b, prompt_len, new_tokens) for b in batch_sizes}
+    weight_bytes = optimized.model.weight_bytes
+    element = torch.finfo(optimized.model.dtype).bits // 8
+    kv_per_token = model.config.kv_bytes_per_token_per_element * element
+    draft = getattr(optimized.speculator, "draft", None)
+    if draft is not None:
+        weight_bytes += draft.weight_bytes
+        kv_per_token += draft.config.kv_bytes_per_token_per_element * (torch.finfo(draft.dtype).bits // 8)
+    return Profile(
+        recipe=optimized.recipe,
+        hardware=hardware_name(),
+        model=model.name,
+        weight_bytes=weight_bytes,
+        kv_bytes_per_token=kv_per_token,
+        max_slots=engine.batcher.num_slots,
+        decode_tokens_per_s=decode,
+        prefill_tokens_per_s=prefill_rate,
+        ttft_s_p50=statistics.median(ttfts),
+        cold_start_s=cold_start,
+        max_model_len=engine.max_model_len,
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        extra={
+            "prompt_len": prompt_len,
+            "new_tokens": new_tokens,
+            "threads": torch.get_num_threads(),
+            "acceptance_rate": engine.acceptance_rate,
+            "mean_acceptance_length": engine.mean_acceptance_length,
+        },
+    )
