@@ -1,0 +1,41 @@
+"""int8: per-channel int8 Linear layers stay close to fp32; the LM head stays fp32 unless asked."""
+
+import torch
+
+from tandem.engine import Engine, EngineConfig, SamplingParams
+from tandem.model import load_model
+from tandem.optimize import apply_recipe
+from tandem.optimize.int8 import Int8Linear
+
+
+def test_quantizes_every_linear_but_the_head_and_leaves_the_input_untouched(tiny_llama_dir):
+    model = load_model(tiny_llama_dir)
+    optimized = apply_recipe(model, "int8")
+    module = optimized.model.module
+    assert isinstance(module.layers[0].self_attn.qkv_proj, Int8Linear)
+    assert isinstance(module.layers[1].mlp.down_proj, Int8Linear)
+    assert type(module.lm_head) is torch.nn.Linear
+    assert type(model.module.layers[0].self_attn.qkv_proj) is torch.nn.Linear  # a copy was quantized
+    assert optimized.model.weight_bytes < 0.6 * model.weight_bytes
+    headed = apply_recipe(load_model(tiny_llama_dir), "int8(lm_head=True)")
+    assert isinstance(headed.model.module.lm_head, Int8Linear)
+
+
+def test_int8_logits_are_close_to_fp32(tiny_llama_dir):
+    model = load_model(tiny_llama_dir)
+    quantized = apply_recipe(load_model(tiny_llama_dir), "int8").model
+    tokens = torch.randint(3, 300, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model.module.logits(model.module(tokens))
+        out = quantized.module.logits(quantized.module(tokens))
+    assert (out - ref).abs().max() < 0.05 * ref.abs().max()
+    assert (out.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+
+
+def test_int8_runs_in_the_engine_with_speculation(tiny_llama_dir, tiny_draft_dir):
+    optimized = apply_recipe(load_model(tiny_llama_dir), f"int8+speculative(k=3, draft={tiny_draft_dir})")
+    assert optimized.applied == (("int8", "1.0"), ("speculative", "1.0"))
+    plain = Engine(apply_recipe(load_model(tiny_llama_dir), "int8"), EngineConfig(max_model_len=128))
+    spec = Engine(optimized, EngineConfig(max_model_len=128))
+    params = SamplingParams.greedy_params(20, ignore_eos=True)
+    assert spec.generate([[0, 5, 6, 7]], params)[0].token_ids == plain.generate([[0, 5, 6, 7]], params)[0].token_ids
