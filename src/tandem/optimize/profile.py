@@ -20,7 +20,7 @@ from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.model.loader import load_model
 from tandem.optimize.registry import apply_recipe
 
-__all__ = ["measure_profile", "hardware_name", "synthetic_prompt"]
+__all__ = ["measure_profile", "decode_rate", "hardware_name", "synthetic_prompt"]
 
 
 def hardware_name() -> str:
@@ -32,12 +32,11 @@ def synthetic_prompt(vocab_size: int, length: int, seed: int) -> list[int]:
     return torch.randint(3, vocab_size, (length,), generator=g).tolist()
 
 
-def _decode_rate(engine: Engine, batch: int, prompt_len: int, new_tokens: int) -> float:
-    """Output tokens/s of `batch` concurrent sequences once all are prefilled."""
-    vocab = engine.model.config.vocab_size
+def decode_rate(engine: Engine, prompts: list[list[int]], new_tokens: int) -> float:
+    """Output tokens/s of len(prompts) concurrent sequences, timed once all are prefilled."""
     params = SamplingParams.greedy_params(new_tokens, ignore_eos=True)
-    for i in range(batch):
-        engine.add_request(synthetic_prompt(vocab, prompt_len, seed=i), params)
+    for prompt in prompts:
+        engine.add_request(prompt, params)
     while any(s.in_prefill for s in engine.batcher.running) or engine.batcher.waiting:
         engine.step()
     produced, start = 0, time.perf_counter()
@@ -84,8 +83,9 @@ def measure_profile(
     start = time.perf_counter()
     engine.generate([synthetic_prompt(vocab, long_len, 99)], SamplingParams.greedy_params(1))
     prefill_rate = long_len / (time.perf_counter() - start)
-    _decode_rate(engine, 1, prompt_len, 4)  # warm-up
-    decode = {b: _decode_rate(engine, b, prompt_len, new_tokens) for b in batch_sizes}
+    prompts = [synthetic_prompt(vocab, prompt_len, seed=i) for i in range(max(batch_sizes))]
+    decode_rate(engine, prompts[:1], 4)  # warm-up
+    decode = {b: decode_rate(engine, prompts[:b], new_tokens) for b in batch_sizes}
     weight_bytes = optimized.model.weight_bytes
     element = torch.finfo(optimized.model.dtype).bits // 8
     kv_per_token = model.config.kv_bytes_per_token_per_element * element
