@@ -1,0 +1,45 @@
+"""tandem.serve: the OpenAI-compatible HTTP server (`tandem serve`).
+
+`create_app(config, load)` builds the FastAPI app around whatever `load()` returns (a ServedModel);
+`run_server(config)` runs it under uvicorn with graceful shutdown; `ServerConfig` holds every setting.
+Names are imported on first use, so `tandem --help` (which imports tandem.serve.cli) stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "APIError",
+    "ConfigError",
+    "ServedModel",
+    "ServerConfig",
+    "build_config",
+    "create_app",
+    "load_config_file",
+    "load_served_model",
+    "run_server",
+]
+
+_HOME = {
+    "APIError": "tandem.serve.errors",
+    "ConfigError": "tandem.serve.config",
+    "ServedModel": "tandem.serve.served",
+    "ServerConfig": "tandem.serve.config",
+    "build_config": "tandem.serve.config",
+    "create_app": "tandem.serve.app",
+    "load_config_file": "tandem.serve.config",
+    "load_served_model": "tandem.serve.served",
+    "run_server": "tandem.serve.server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'tandem.serve' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

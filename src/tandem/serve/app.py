@@ -1,0 +1,124 @@
+"""create_app: the FastAPI application: routes, error handlers, limits, auth, and background loading.
+
+The model loads in a background thread once the app starts, so /health answers at once and /ready
+turns 200 when the model is served. Loading is passed in (`load`), as are the clocks, so tests and
+other front ends can build an app around any ServedModel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tandem.serve.auth import ApiKeyMiddleware
+from tandem.serve.config import ServerConfig
+from tandem.serve.errors import install_error_handlers
+from tandem.serve.limits import BodySizeLimitMiddleware
+from tandem.serve.openai_api import build_router
+from tandem.serve.served import ServedModel
+from tandem.serve.state import ServerState
+
+__all__ = ["create_app", "describe_load_error"]
+
+logger = logging.getLogger("tandem.serve")
+
+
+def describe_load_error(exc: BaseException) -> str:
+    """One line for the log: the message of an expected error, the type too for an unexpected one."""
+    from tandem.model import ModelLoadError
+    from tandem.optimize import RecipeError
+
+    if isinstance(exc, (ModelLoadError, RecipeError, ValueError, OSError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def create_app(
+    config: ServerConfig,
+    load: Callable[[], ServedModel],
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+    on_ready: Callable[[ServedModel], None] | None = None,
+    on_fatal: Callable[[str], None] | None = None,
+) -> FastAPI:
+    """An app serving what `load()` returns. `on_ready` runs once it is served; `on_fatal` if it fails."""
+    state = ServerState(config=config, clock=clock, wall_clock=wall_clock)
+
+    def loaded(served: ServedModel) -> None:
+        if state.admission.draining:  # shut down while loading: nobody will serve it
+            served.shutdown()
+            return
+        state.set_served(served)
+        if on_ready is not None:
+            on_ready(served)
+
+    def failed(exc: BaseException) -> None:
+        state.load_error = describe_load_error(exc)
+        logger.error("cannot serve the model: %s", state.load_error)
+        if on_fatal is not None:
+            on_fatal(state.load_error)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+
+        def work() -> None:
+            try:
+                served = load()
+            except BaseException as exc:  # reported, never raised into a dead thread
+                logger.debug("model loading failed", exc_info=True)
+                outcome, arg = failed, exc
+            else:
+                outcome, arg = loaded, served
+            try:
+                loop.call_soon_threadsafe(outcome, arg)
+            except RuntimeError:  # the loop closed while loading
+                if outcome is loaded:
+                    arg.shutdown()
+
+        threading.Thread(target=work, name="tandem-load", daemon=True).start()
+        yield
+        state.admission.draining = True
+        if state.served is not None:
+            await asyncio.to_thread(state.served.shutdown)
+
+    app = FastAPI(
+        title="tandem",
+        summary="OpenAI-compatible completions and chat completions",
+        lifespan=lifespan,
+    )
+    app.state.tandem = state
+    install_error_handlers(app)
+    app.include_router(build_router(state))
+
+    @app.get("/health")
+    async def health() -> dict:
+        """The process is alive (the model may still be loading)."""
+        return {"status": "ok"}
+
+    @app.get("/ready", response_model=None)
+    async def ready() -> Response:
+        """200 once the model is served; 503 while loading, after a failed load and while shutting down."""
+        if state.ready:
+            return JSONResponse({"status": "ready", "model": state.served.name, "recipe": state.served.recipe})
+        status = "draining" if state.admission.draining else ("failed" if state.load_error else "loading")
+        return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # Starlette runs the last-added middleware first: auth, then the body limit, then the routes.
+    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=config.max_body_bytes)
+    if config.api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
+    return app

@@ -1,0 +1,53 @@
+"""API-key check for /v1 routes (an ASGI middleware, so a bad key is refused before the body is read).
+
+Health, readiness and metrics stay open: load balancers and Prometheus probe them without keys.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tandem.serve.errors import APIError, error_response
+
+__all__ = ["ApiKeyMiddleware", "bearer_token"]
+
+PROTECTED_PREFIX = "/v1"
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer TOKEN` header, else None."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+class ApiKeyMiddleware:
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self._key = api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        raw = headers.get(b"authorization")
+        token = bearer_token(raw.decode("latin-1") if raw is not None else None)
+        if token is None:
+            error = APIError(
+                401,
+                "missing API key: send the header 'Authorization: Bearer YOUR_KEY'",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        elif not hmac.compare_digest(token.encode("latin-1", "replace"), self._key):
+            error = APIError(
+                401, "incorrect API key provided", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
+            )
+        else:
+            await self.app(scope, receive, send)
+            return
+        await error_response(error)(scope, receive, send)

@@ -1,0 +1,75 @@
+"""`tandem serve`: the OpenAI-compatible server. Flags override --config FILE, which overrides defaults."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tandem.serve.config import ConfigError, ServerConfig, build_config
+
+__all__ = ["serve", "preflight"]
+
+
+def preflight(config: ServerConfig) -> None:
+    """Cheap checks before the server starts, so a typo is a one-line error, not a failed load later."""
+    from tandem.model import default_model_dir
+    from tandem.optimize import RecipeError, parse_recipe
+    from tandem.serve.served import resolve_recipe
+
+    model_dir = Path(config.model) if config.model else default_model_dir()
+    if not model_dir.is_dir():
+        hint = "" if config.model else " (the bundled default model is not built; pass --model DIR)"
+        raise click.ClickException(f"{model_dir}: model directory does not exist{hint}")
+    try:
+        parse_recipe(resolve_recipe(config.recipe))
+    except RecipeError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.command()
+@click.option("--model", type=click.Path(), default=None, help="HF model directory (default: the bundled model).")
+@click.option("--recipe", default=None, help="Optimizer recipe, e.g. 'bf16' (default: the bench's best).")
+@click.option("--host", default=None, help="Address to bind.  [default: 127.0.0.1]")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port (0: any free one).  [default: 8000]")
+@click.option(
+    "--api-key",
+    envvar="TANDEM_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' on /v1 routes (or set TANDEM_API_KEY).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(),
+    default=None,
+    help="YAML or JSON file of settings (the names of these flags, with underscores).",
+)
+@click.option("--served-model-name", default=None, help="Name clients send as 'model' (default: the directory's).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None, help="Weights dtype.")
+@click.option("--max-model-len", type=click.IntRange(min=2), default=None, help="Context per sequence.")
+@click.option("--kv-cache-tokens", type=click.IntRange(min=2), default=None, help="KV memory budget in tokens.")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None, help="Sequences running at once.")
+@click.option("--max-queue", type=click.IntRange(min=0), default=None, help="Sequences allowed to wait (then 429).")
+@click.option("--max-body-bytes", type=click.IntRange(min=256), default=None, help="Larger bodies get 413.")
+@click.option(
+    "--shutdown-timeout",
+    "shutdown_timeout_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds in-flight requests get to finish after SIGTERM.",
+)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: all cores).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+@click.option("--access-log/--no-access-log", default=None, help="Log one line per request.")
+def serve(config_file: str | None, **flags) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics)."""
+    try:
+        config = build_config(config_file, flags)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    preflight(config)
+    from tandem.serve.server import run_server
+
+    sys.exit(run_server(config))

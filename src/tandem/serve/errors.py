@@ -1,0 +1,121 @@
+"""OpenAI-style errors: every failure leaves as {"error": {"message", "type", "param", "code"}}.
+
+Handlers turn FastAPI's validation errors (malformed JSON, wrong types, out-of-range values)
+into 400s naming the field, Starlette's 404/405 into the same shape, and anything unexpected into
+a 500 whose body carries no traceback (the traceback goes to the log).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+__all__ = ["APIError", "error_body", "error_response", "install_error_handlers", "validation_message"]
+
+logger = logging.getLogger("tandem.serve")
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "internal_server_error",
+    503: "service_unavailable_error",
+}
+
+
+class APIError(Exception):
+    """Raise anywhere in a handler to answer with this status and an OpenAI-style body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, param=self.param, code=self.code)
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {
+        "error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param, "code": code}
+    }
+
+
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str | None:
+    # FastAPI prefixes body fields with "body"; pydantic adds the union member tried ("list[int]").
+    parts = [str(p) for p in loc if p != "body" and not (isinstance(p, str) and "[" in p)]
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if part.isdigit() else (f".{part}" if path else part)
+    return path or None
+
+
+def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None, str]:
+    """(message, param, code) for the first problem in a pydantic/FastAPI error list."""
+    if not errors:
+        return "the request body is invalid", None, "invalid_request"
+    err = errors[0]
+    kind = err.get("type", "")
+    if kind == "json_invalid":
+        detail = (err.get("ctx") or {}).get("error", "")
+        return f"the request body is not valid JSON{f' ({detail})' if detail else ''}", None, "invalid_json"
+    param = _field_path(tuple(err.get("loc", ())))
+    msg = str(err.get("msg", "invalid value"))
+    msg = msg.removeprefix("Value error, ")
+    if kind == "missing":
+        return f"{param}: this field is required", param, "missing_required_parameter"
+    if param is None:  # the body itself, not a field, is wrong
+        return "the request body must be a JSON object", None, "invalid_request"
+    if kind == "extra_forbidden":
+        return f"{param}: unknown field", param, "unknown_parameter"
+    return f"{param}: {msg}", param, "invalid_value"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param, code = validation_message(list(exc.errors()))
+        return error_response(APIError(400, message, param=param, code=code))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        status = exc.status_code
+        if status == 404:
+            message, code = "no such endpoint (see GET /v1/models, POST /v1/completions)", "not_found"
+        elif status == 405:
+            message, code = "this endpoint does not accept that HTTP method", "method_not_allowed"
+        else:
+            # FastAPI answers "There was an error parsing the body" for bodies it cannot decode.
+            message, code = str(exc.detail), "invalid_request"
+        return error_response(APIError(status, message, code=code, headers=dict(exc.headers or {})))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error serving %s %s", request.method, request.url.path)
+        return error_response(
+            APIError(500, "internal server error; the server log has the details", code="internal_error")
+        )

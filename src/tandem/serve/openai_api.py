@@ -1,0 +1,204 @@
+"""The OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models.
+
+Each generation request goes: plan (all validation, 4xx before any work) -> admit (429/503) ->
+run, then either one JSON body or a server-sent event stream ending in `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from tandem.engine.async_engine import EngineStoppedError
+from tandem.serve import responses as R
+from tandem.serve.admission import Lease
+from tandem.serve.errors import APIError, error_body
+from tandem.serve.generation import ChoiceResult, Generation
+from tandem.serve.plan import plan_chat, plan_completion
+from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
+from tandem.serve.served import ServedModel
+from tandem.serve.state import ServerState
+from tandem.serve.streaming import SSE_DONE, ClientDisconnected, SSEResponse, sse, until_disconnect
+
+__all__ = ["build_router"]
+
+logger = logging.getLogger("tandem.serve")
+
+_STOPPED = "the server shut down before the request finished"
+# Sent when the shutdown deadline cuts a stream short: an error event the openai client raises, then [DONE].
+_FAREWELL = sse(error_body(503, _STOPPED, code="shutting_down")) + SSE_DONE
+
+
+def _model_card(served: ServedModel) -> dict:
+    return {
+        "id": served.name,
+        "object": "model",
+        "created": served.created,
+        "owned_by": "tandem",
+        "root": served.path,
+        "max_model_len": served.max_model_len,
+        "recipe": served.recipe,
+    }
+
+
+def _stream_error(exc: Exception) -> bytes:
+    if isinstance(exc, EngineStoppedError):
+        return sse(error_body(503, _STOPPED, code="shutting_down"))
+    logger.exception("error while streaming a response")
+    return sse(
+        error_body(500, "internal server error while streaming; the server log has the details", code="internal_error")
+    )
+
+
+async def _completion_events(gen: Generation, body: CompletionRequest, created: int, rid: str) -> AsyncIterator[bytes]:
+    served, plan = gen.served, gen.plan
+    offsets = {c.index: 0 for c in plan.choices}
+    tokens = {c.index: 0 for c in plan.choices}
+    try:
+        async with aclosing(gen.outputs()) as outputs:
+            async for choice, out in outputs:
+                tokens[choice.index] = len(out.token_ids)
+                logprobs = None
+                if choice.params.logprobs is not None:
+                    logprobs = R.completion_logprobs(out.logprobs or [], served.token_text, offsets[choice.index])
+                    offsets[choice.index] += sum(len(t) for t in logprobs["tokens"])
+                if out.new_text or out.finished or (logprobs and logprobs["tokens"]):
+                    yield sse(
+                        R.completion_chunk(
+                            rid,
+                            created,
+                            served.name,
+                            choice.index,
+                            out.new_text,
+                            out.finish_reason if out.finished else None,
+                            logprobs,
+                            out.stop_reason,
+                        )
+                    )
+    except Exception as exc:
+        yield _stream_error(exc)
+    else:
+        if body.stream_options and body.stream_options.include_usage:
+            use = R.usage(plan.num_prompt_tokens, sum(tokens.values()))
+            yield sse(R.usage_chunk(rid, "text_completion", created, served.name, use))
+    yield SSE_DONE
+
+
+async def _chat_events(gen: Generation, body: ChatCompletionRequest, created: int, rid: str) -> AsyncIterator[bytes]:
+    served, plan = gen.served, gen.plan
+    tokens = {c.index: 0 for c in plan.choices}
+    for choice in plan.choices:  # the role first, as OpenAI does; clients get their first byte at once
+        yield sse(
+            R.chat_chunk(rid, created, served.name, choice.index, {"role": "assistant", "content": ""}, None, None)
+        )
+    try:
+        async with aclosing(gen.outputs()) as outputs:
+            async for choice, out in outputs:
+                tokens[choice.index] = len(out.token_ids)
+                logprobs = None
+                if choice.params.logprobs is not None:
+                    logprobs = R.chat_logprobs(out.logprobs or [], served.token_text)
+                if out.new_text or out.finished or (logprobs and logprobs["content"]):
+                    delta = {"content": out.new_text} if out.new_text else {}
+                    yield sse(
+                        R.chat_chunk(
+                            rid,
+                            created,
+                            served.name,
+                            choice.index,
+                            delta,
+                            out.finish_reason if out.finished else None,
+                            logprobs,
+                            out.stop_reason,
+                        )
+                    )
+    except Exception as exc:
+        yield _stream_error(exc)
+    else:
+        if body.stream_options and body.stream_options.include_usage:
+            use = R.usage(plan.num_prompt_tokens, sum(tokens.values()))
+            yield sse(R.usage_chunk(rid, "chat.completion.chunk", created, served.name, use))
+    yield SSE_DONE
+
+
+async def _collect(gen: Generation, lease: Lease, request: Request) -> list[ChoiceResult]:
+    try:
+        return await until_disconnect(gen.collect(), request.receive)
+    except (EngineStoppedError, asyncio.CancelledError):
+        # A cancellation here is uvicorn's shutdown deadline: answer 503 rather than drop the connection.
+        raise APIError(503, _STOPPED, code="shutting_down") from None
+    finally:
+        lease.release()
+
+
+def build_router(state: ServerState) -> APIRouter:
+    router = APIRouter()
+
+    def start(plan, rid: str) -> tuple[Generation, Lease]:
+        lease = state.admission.admit(len(plan.choices))
+        return Generation(state.require_model(), state.metrics, plan, rid, state.clock), lease
+
+    @router.get("/v1/models")
+    async def list_models() -> dict:
+        served = state.require_model()
+        return {"object": "list", "data": [_model_card(served)]}
+
+    @router.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str) -> dict:
+        served = state.require_model()
+        if model_id != served.name:
+            raise APIError(
+                404,
+                f"the model {model_id!r} does not exist; this server serves {served.name!r}",
+                param="model",
+                code="model_not_found",
+            )
+        return _model_card(served)
+
+    @router.post("/v1/completions", response_model=None)
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        served = state.require_model()
+        plan = plan_completion(body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity)
+        rid, created = f"cmpl-{uuid.uuid4().hex}", int(state.wall_clock())
+        gen, lease = start(plan, rid)
+        if body.stream:
+            events = _completion_events(gen, body, created, rid)
+            return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL)
+        try:
+            results = await _collect(gen, lease, request)
+        except ClientDisconnected:
+            return Response(status_code=499)  # nobody reads it; nginx's code for "client closed request"
+        choices = []
+        for r in results:
+            logprobs = R.completion_logprobs(r.logprobs, served.token_text) if body.logprobs is not None else None
+            choices.append(R.completion_choice(r.choice.index, r.text, r.finish_reason, logprobs, r.stop_reason))
+        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
+        return JSONResponse(R.completion_body(rid, created, served.name, choices, use))
+
+    @router.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        served = state.require_model()
+        plan = plan_chat(body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity)
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(state.wall_clock())
+        gen, lease = start(plan, rid)
+        if body.stream:
+            events = _chat_events(gen, body, created, rid)
+            return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL)
+        try:
+            results = await _collect(gen, lease, request)
+        except ClientDisconnected:
+            return Response(status_code=499)
+        choices = []
+        for r in results:
+            logprobs = R.chat_logprobs(r.logprobs, served.token_text) if body.logprobs else None
+            choices.append(R.chat_choice(r.choice.index, r.text, r.finish_reason, logprobs, r.stop_reason))
+        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
+        return JSONResponse(R.chat_body(rid, created, served.name, choices, use))
+
+    return router

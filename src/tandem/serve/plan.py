@@ -1,0 +1,202 @@
+"""From a validated request to what the engine runs: tokenized prompts and per-choice SamplingParams.
+
+Everything a request can get wrong that pydantic cannot see (an unknown model, a prompt or
+max_tokens beyond the context, token ids outside the vocabulary, unsupported OpenAI options) is
+found here, before any engine work starts, and raised as an APIError naming the field. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tandem.engine import PromptTooLongError, RequestError, SamplingParams
+from tandem.model import ChatTemplateError
+from tandem.serve.errors import APIError
+from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
+
+__all__ = ["Choice", "Plan", "ModelLimits", "plan_completion", "plan_chat", "check_model_name"]
+
+# Completions default to 16 tokens as in OpenAI's API; chat defaults to the rest of the context.
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What planning needs to know about the served model."""
+
+    name: str
+    max_model_len: int
+    encode: Callable[[str, bool], list[int]]  # (text, add_special_tokens) -> ids
+    validate_ids: Callable[[list[int]], list[int]]  # raises RequestError (e.g. ids outside the vocabulary)
+    render_chat: Callable[[list[dict]], str]  # raises ChatTemplateError
+    bos_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Choice:
+    index: int  # the choice's index in the response: prompt_index * n + j
+    prompt_index: int
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class Plan:
+    prompts: list[list[int]]  # token ids of each distinct prompt
+    choices: list[Choice]
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(len(p) for p in self.prompts)
+
+
+def check_model_name(requested: str, served: str) -> None:
+    if requested != served:
+        raise APIError(
+            404,
+            f"the model {requested!r} does not exist; this server serves {served!r}",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def _refuse_unsupported(req: CompletionRequest | ChatCompletionRequest) -> None:
+    unsupported: list[tuple[str, bool]] = [
+        ("presence_penalty", req.presence_penalty != 0),
+        ("frequency_penalty", req.frequency_penalty != 0),
+        ("logit_bias", bool(req.logit_bias)),
+    ]
+    if isinstance(req, CompletionRequest):
+        unsupported += [
+            ("echo", req.echo),
+            ("suffix", req.suffix is not None),
+            ("best_of", req.best_of is not None and req.best_of != req.n),
+        ]
+    else:
+        fmt = (req.response_format or {}).get("type", "text")
+        unsupported += [
+            ("tools", bool(req.tools)),
+            ("tool_choice", req.tool_choice not in (None, "none", "auto")),
+            ("response_format", fmt != "text"),
+        ]
+    for name, used in unsupported:
+        if used:
+            raise APIError(
+                400,
+                f"{name}: not supported by this server (leave it at its default)",
+                param=name,
+                code="unsupported_parameter",
+            )
+    if req.stream_options is not None and not req.stream:
+        raise APIError(
+            400, "stream_options: only allowed when stream is true", param="stream_options", code="invalid_value"
+        )
+
+
+def _check_prompt(limits: ModelLimits, ids: list[int], param: str) -> list[int]:
+    try:
+        return limits.validate_ids(ids)
+    except PromptTooLongError:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limits.max_model_len} tokens. However, your {param} has "
+            f"{len(ids)} tokens, and at least one token must remain for the output. Please shorten it.",
+            param=param,
+            code="context_length_exceeded",
+        ) from None
+    except RequestError as exc:
+        raise APIError(400, f"{param}: {exc}", param=param, code="invalid_value") from None
+
+
+def _max_tokens(
+    limits: ModelLimits, requested: int | None, prompt_len: int, default: int | None, param: str, prompt_param: str
+) -> int:
+    room = limits.max_model_len - prompt_len
+    if requested is None:
+        return min(default, room) if default is not None else room
+    if requested > room:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limits.max_model_len} tokens. However, you requested "
+            f"{prompt_len + requested} tokens ({prompt_len} in the {prompt_param}, {requested} for the "
+            f"completion). Please reduce the {prompt_param} or {param}.",
+            param=param,
+            code="context_length_exceeded",
+        )
+    return requested
+
+
+def _sampling_params(
+    req: CompletionRequest | ChatCompletionRequest, max_tokens: int, choice: int, logprobs: int | None
+) -> SamplingParams:
+    seed = req.seed
+    if seed is not None and choice:
+        seed = (seed + choice) % 2**63  # n choices with one seed must still differ from each other
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            top_k=req.top_k or 0,
+            seed=seed,
+            stop=req.stop_list(),
+            stop_token_ids=tuple(req.stop_token_ids or ()),
+            ignore_eos=req.ignore_eos,
+            logprobs=logprobs,
+        )
+    except ValueError as exc:  # a backstop: the schema's ranges are meant to catch these first
+        raise APIError(400, str(exc), code="invalid_value") from None
+
+
+def _check_count(n: int, num_prompts: int, max_n: int, capacity: int) -> None:
+    if n > max_n:
+        raise APIError(400, f"n: at most {max_n} choices per prompt, got {n}", param="n", code="invalid_value")
+    if n * num_prompts > capacity:
+        raise APIError(
+            400,
+            f"this request needs {n * num_prompts} sequences ({num_prompts} prompt(s) x n={n}); this server holds "
+            f"at most {capacity} at once",
+            param="n",
+            code="invalid_value",
+        )
+
+
+def plan_completion(req: CompletionRequest, limits: ModelLimits, *, max_n: int, capacity: int) -> Plan:
+    check_model_name(req.model, limits.name)
+    _refuse_unsupported(req)
+    prompts = req.prompts()
+    _check_count(req.n, len(prompts), max_n, capacity)
+    choices, all_ids = [], []
+    for p_index, prompt in enumerate(prompts):
+        ids = limits.encode(prompt, True) if isinstance(prompt, str) else list(prompt)
+        ids = _check_prompt(limits, ids, "prompt")
+        all_ids.append(ids)
+        max_tokens = _max_tokens(
+            limits, req.max_tokens, len(ids), COMPLETION_DEFAULT_MAX_TOKENS, "max_tokens", "prompt"
+        )
+        for j in range(req.n):
+            params = _sampling_params(req, max_tokens, j, req.logprobs)
+            choices.append(Choice(p_index * req.n + j, p_index, params))
+    return Plan(all_ids, choices)
+
+
+def plan_chat(req: ChatCompletionRequest, limits: ModelLimits, *, max_n: int, capacity: int) -> Plan:
+    check_model_name(req.model, limits.name)
+    _refuse_unsupported(req)
+    _check_count(req.n, 1, max_n, capacity)
+    if req.top_logprobs is not None and not req.logprobs:
+        raise APIError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs", code="invalid_value")
+    messages = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in req.messages]
+    try:
+        text = limits.render_chat(messages)
+    except ChatTemplateError as exc:
+        raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
+    # A template that writes the BOS token itself must not get a second one from the tokenizer.
+    add_special = not (limits.bos_token and text.startswith(limits.bos_token))
+    ids = _check_prompt(limits, limits.encode(text, add_special), "messages")
+    requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    max_tokens = _max_tokens(limits, requested, len(ids), None, param, "messages")
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    choices = [Choice(j, 0, _sampling_params(req, max_tokens, j, logprobs)) for j in range(req.n)]
+    return Plan([ids], choices)

@@ -1,0 +1,88 @@
+"""ServedModel: the loaded model, its recipe and the running AsyncEngine the HTTP layer talks to.
+
+`load_served_model(config)` is the one place the layers are wired together for serving: load the
+model, apply the recipe through the optimizer registry, start an engine sized by the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tandem.engine import AsyncEngine, Engine, EngineConfig
+from tandem.serve.config import ServerConfig
+from tandem.serve.plan import ModelLimits
+
+__all__ = ["ServedModel", "load_served_model", "resolve_recipe"]
+
+
+@dataclass
+class ServedModel:
+    name: str  # what clients put in "model"
+    recipe: str  # the canonical recipe string the optimizers produced
+    path: str
+    async_engine: AsyncEngine
+    limits: ModelLimits
+    created: int  # unix time the model was loaded (GET /v1/models reports it)
+    token_text: Callable[[int], str]  # one token id -> its text, for logprobs
+
+    @property
+    def engine(self) -> Engine:
+        return self.async_engine.engine
+
+    @property
+    def num_slots(self) -> int:
+        return self.engine.batcher.num_slots
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    def shutdown(self) -> None:
+        self.async_engine.shutdown()
+
+
+def resolve_recipe(recipe: str | None) -> str:
+    """The recipe to serve: the one asked for, else the bench's current best (read at call time)."""
+    if recipe:
+        return recipe
+    from tandem.optimize import defaults
+
+    return defaults.DEFAULT_RECIPE
+
+
+def load_served_model(config: ServerConfig, created: int) -> ServedModel:
+    """Load, optimize and start the engine. Raises ModelLoadError, RecipeError or ValueError."""
+    from tandem.model import load_model
+    from tandem.optimize import apply_recipe
+
+    model = load_model(config.model, dtype=config.dtype)
+    optimized = apply_recipe(model, resolve_recipe(config.recipe))
+    engine = Engine(
+        optimized,
+        EngineConfig(
+            max_model_len=config.max_model_len,
+            kv_cache_tokens=config.kv_cache_tokens,
+            max_num_seqs=config.max_num_seqs,
+            max_prefill_tokens=config.max_prefill_tokens,
+            num_threads=config.threads,
+        ),
+    )
+    tokenizer = model.tokenizer
+    limits = ModelLimits(
+        name=config.served_model_name or model.name,
+        max_model_len=engine.max_model_len,
+        encode=lambda text, special: tokenizer.encode(text, add_special_tokens=special),
+        validate_ids=engine.validate_prompt,
+        render_chat=lambda messages: tokenizer.apply_chat_template(messages, add_generation_prompt=True),
+        bos_token=tokenizer.bos_token,
+    )
+    return ServedModel(
+        name=limits.name,
+        recipe=optimized.recipe,
+        path=str(model.path),
+        async_engine=AsyncEngine(engine),
+        limits=limits,
+        created=created,
+        token_text=lambda token_id: tokenizer.decode([token_id], skip_special_tokens=False),
+    )
