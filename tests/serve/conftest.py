@@ -1,0 +1,65 @@
+"""Real `tandem serve` processes on loopback, shared by the serve tests.
+
+- `server`: open (no API key), 8 KV slots + a queue of 32, a 1024-token context.
+- `guarded_server`: API key, one KV slot and no queue (a second request gets 429), 4 KiB bodies.
+Both start at once on first use (in parallel), run with one torch thread (the tiny model gains
+nothing from two, and the machine is shared), and are stopped at the end of the session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny_models import save_tiny
+
+from tandem.model import Tokenizer
+
+from .server_process import ServerProcess
+
+API_KEY = "test-key-123"
+MODEL_NAME = "tiny"
+CONTEXT = 1024
+
+
+@pytest.fixture(scope="session")
+def serve_model_dir(tmp_path_factory) -> Path:
+    """The tiny random Llama with a longer context, so long streams stay in flight for a while."""
+    return save_tiny("llama", tmp_path_factory.mktemp("serve") / "tiny-serve", max_position_embeddings=CONTEXT)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(serve_model_dir) -> Tokenizer:
+    return Tokenizer(serve_model_dir)
+
+
+def server_args(model_dir: Path, *extra: str) -> list[str]:
+    return ["--model", str(model_dir), "--served-model-name", MODEL_NAME, "--threads", "1", *extra]
+
+
+@pytest.fixture(scope="session")
+def _servers(serve_model_dir, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("serve-logs")
+    started = {
+        "open": ServerProcess(
+            server_args(serve_model_dir, "--max-num-seqs", "8", "--max-queue", "32"), logs / "open.log"
+        ),
+        "guarded": ServerProcess(
+            server_args(serve_model_dir, "--max-num-seqs", "1", "--max-queue", "0", "--max-body-bytes", "4096"),
+            logs / "guarded.log",
+            env={"TANDEM_API_KEY": API_KEY},
+        ),
+    }
+    yield started
+    for server in started.values():
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def server(_servers) -> ServerProcess:
+    return _servers["open"].wait_ready()
+
+
+@pytest.fixture(scope="session")
+def guarded_server(_servers) -> ServerProcess:
+    return _servers["guarded"].wait_ready()
