@@ -51,10 +51,19 @@ def test_reexported_hf_checkpoint_matches_the_original(tiny_model_dirs, tmp_path
 
 def _config(**overrides) -> ModelConfig:
     fields = dict(
-        architecture="LlamaForCausalLM", vocab_size=320, hidden_size=64, intermediate_size=160,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        max_position_embeddings=128, rms_norm_eps=1e-5, tie_word_embeddings=True,
-        bos_token_id=0, eos_token_ids=(1,),
+        architecture="LlamaForCausalLM",
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_ids=(1,),
     )
     return ModelConfig(**{**fields, **overrides})
 
