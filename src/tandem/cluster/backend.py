@@ -1,0 +1,99 @@
+"""The Backend interface: where replicas run. One Protocol, several homes (local processes, a fake, Ray).
+
+A replica goes STARTING -> READY (its health probe answered) -> DRAINING (no new requests are routed
+to it; it finishes what it has) -> STOPPED. The scheduling layer decides *when*; a backend only does
+what it is told and reports what it sees. Backends know nothing of policies, routers or engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Backend", "Replica", "ReplicaSpec", "ReplicaState", "BackendError"]
+
+
+class BackendError(RuntimeError):
+    """A backend could not do what it was asked (no such replica, a process that would not start)."""
+
+
+class ReplicaState(StrEnum):
+    STARTING = "starting"  # launched, not answering its readiness probe yet
+    READY = "ready"  # routable
+    DRAINING = "draining"  # finishing its in-flight requests; routers skip it
+    STOPPED = "stopped"  # terminated or exited; kept only until the backend forgets it
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """How to start one replica of a variant: what `tandem serve` needs, minus the port.
+
+    `model` None serves the bundled default model. `threads` is torch threads per replica (None:
+    the server's default). `extra_args` are appended to the server's command line verbatim.
+    """
+
+    variant: str
+    recipe: str
+    model: str | None = None
+    region: str = "local"
+    threads: int | None = None
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.variant:
+            raise ValueError("ReplicaSpec.variant must not be empty")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"ReplicaSpec.threads must be >= 1 (got {self.threads})")
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A backend's snapshot of one replica."""
+
+    replica_id: str
+    spec: ReplicaSpec
+    state: ReplicaState
+    url: str = ""  # base URL of its HTTP endpoint ("http://127.0.0.1:PORT"); "" where there is none
+    started_at: float = 0.0  # on the backend's clock
+    exit_code: int | None = None
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def variant(self) -> str:
+        return self.spec.variant
+
+    @property
+    def region(self) -> str:
+        return self.spec.region
+
+    @property
+    def live(self) -> bool:
+        """Counts toward the fleet: starting or ready (a draining replica is on its way out)."""
+        return self.state in (ReplicaState.STARTING, ReplicaState.READY)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Start, drain, stop, list and probe replicas. Calls return at once; none waits for a process."""
+
+    def start(self, spec: ReplicaSpec) -> Replica:
+        """Launch a replica; it is STARTING until `health` sees it ready."""
+        ...
+
+    def drain(self, replica_id: str) -> None:
+        """Mark it DRAINING: routers stop sending it requests; it finishes the ones it has."""
+        ...
+
+    def stop(self, replica_id: str) -> None:
+        """Terminate it gracefully (a server finishes in-flight work on SIGTERM); it leaves `list()`."""
+        ...
+
+    def list(self) -> list[Replica]:
+        """Replicas not yet stopped (STARTING, READY, DRAINING), oldest first."""
+        ...
+
+    def health(self, replica_id: str) -> bool:
+        """Probe it: True when it answers ready. A STARTING replica that answers becomes READY."""
+        ...

@@ -1,0 +1,83 @@
+"""FakeBackend: replicas that exist only as records, driven by a fake clock. For unit tests and the simulator.
+
+A started replica answers its readiness probe once `startup_s` (of the injected clock) has passed.
+`crash` makes one vanish as a killed process would; `set_healthy(id, False)` makes its probe fail.
+Every call is appended to `calls`, so tests can check what the controller asked for and in what order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import replace
+
+from tandem.cluster.backend import BackendError, Replica, ReplicaSpec, ReplicaState
+
+__all__ = ["FakeBackend"]
+
+
+class FakeBackend:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        startup_s: float | Callable[[ReplicaSpec], float] = 0.0,
+        capacity: int | None = None,
+    ) -> None:
+        self.clock = clock
+        self._startup = startup_s if callable(startup_s) else (lambda _spec, s=float(startup_s): s)
+        self.capacity = capacity  # most replicas that may exist at once (None: unbounded)
+        self._replicas: dict[str, Replica] = {}
+        self._unhealthy: set[str] = set()
+        self._ids = itertools.count(1)
+        self.calls: list[tuple[str, str]] = []  # (operation, replica id or variant)
+        self.stopped: list[Replica] = []  # everything stopped or crashed, in order
+
+    # --- Backend -----------------------------------------------------------------------------
+    def start(self, spec: ReplicaSpec) -> Replica:
+        self.calls.append(("start", spec.variant))
+        if self.capacity is not None and len(self._replicas) >= self.capacity:
+            raise BackendError(f"no room for another replica (capacity {self.capacity})")
+        replica_id = f"{spec.variant}-{next(self._ids)}"
+        replica = Replica(replica_id, spec, ReplicaState.STARTING, url=f"fake://{replica_id}", started_at=self.clock())
+        self._replicas[replica_id] = replica
+        return replica
+
+    def drain(self, replica_id: str) -> None:
+        self.calls.append(("drain", replica_id))
+        replica = self._get(replica_id)
+        self._replicas[replica_id] = replace(replica, state=ReplicaState.DRAINING)
+
+    def stop(self, replica_id: str) -> None:
+        self.calls.append(("stop", replica_id))
+        replica = self._replicas.pop(replica_id, None)
+        if replica is not None:  # stopping an already-gone replica is not an error (it may have crashed)
+            self.stopped.append(replace(replica, state=ReplicaState.STOPPED, exit_code=0))
+        self._unhealthy.discard(replica_id)
+
+    def list(self) -> list[Replica]:
+        return sorted(self._replicas.values(), key=lambda r: (r.started_at, r.replica_id))
+
+    def health(self, replica_id: str) -> bool:
+        replica = self._replicas.get(replica_id)
+        if replica is None or replica_id in self._unhealthy:
+            return False
+        if replica.state is ReplicaState.STARTING:
+            if self.clock() - replica.started_at < self._startup(replica.spec):
+                return False
+            self._replicas[replica_id] = replace(replica, state=ReplicaState.READY)
+        return True
+
+    # --- fault injection -----------------------------------------------------------------------
+    def crash(self, replica_id: str, exit_code: int = -9) -> None:
+        """The replica's process died: it is gone from `list()` without anyone stopping it."""
+        replica = self._replicas.pop(replica_id)
+        self.stopped.append(replace(replica, state=ReplicaState.STOPPED, exit_code=exit_code))
+
+    def set_healthy(self, replica_id: str, healthy: bool) -> None:
+        (self._unhealthy.discard if healthy else self._unhealthy.add)(replica_id)
+
+    def _get(self, replica_id: str) -> Replica:
+        try:
+            return self._replicas[replica_id]
+        except KeyError:
+            raise BackendError(f"no replica {replica_id!r}") from None

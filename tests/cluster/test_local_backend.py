@@ -1,0 +1,141 @@
+"""LocalBackend's logic with a fake process spawner, port finder, probe and clock (no real processes)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tandem.cluster import BackendError, LocalBackend, ReplicaSpec, ReplicaState, serve_command
+
+
+class FakeProcess:
+    _pids = iter(range(1000, 2000))
+
+    def __init__(self, argv, env) -> None:
+        self.argv, self.env, self.pid = argv, env, next(self._pids)
+        self.code: int | None = None
+        self.signals: list[str] = []
+        self.exit_on_term = True
+
+    def poll(self):
+        return self.code
+
+    def terminate(self):
+        self.signals.append("TERM")
+        if self.exit_on_term:
+            self.code = 0
+
+    def kill(self):
+        self.signals.append("KILL")
+        self.code = -9
+
+
+class World:
+    """The fakes one LocalBackend is built from."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.processes: dict[str, FakeProcess] = {}
+        self.ready_urls: set[str] = set()
+        self.ports = iter(range(9001, 9100))
+
+    def spawn(self, argv, env, replica_id):
+        self.processes[replica_id] = FakeProcess(argv, env)
+        return self.processes[replica_id]
+
+    def backend(self, **kwargs) -> LocalBackend:
+        return LocalBackend(
+            spawn=self.spawn,
+            free_port=lambda: next(self.ports),
+            probe=lambda url: url in self.ready_urls,
+            clock=lambda: self.now,
+            base_env={"PATH": "/bin"},
+            **kwargs,
+        )
+
+
+SPEC = ReplicaSpec(variant="fast", recipe="int8+ngram", model="/models/tiny", threads=1, env=(("X", "1"),))
+
+
+def test_serve_command():
+    argv = serve_command(SPEC, 9001, python="py")
+    assert argv == [
+        "py", "-m", "tandem.cli", "serve", "--recipe", "int8+ngram", "--host", "127.0.0.1", "--port", "9001",
+        "--model", "/models/tiny", "--threads", "1",
+    ]  # fmt: skip
+    bare = serve_command(ReplicaSpec(variant="b", recipe="baseline", extra_args=("--max-num-seqs", "4")), 1)
+    assert bare[0] == sys.executable and "--model" not in bare and bare[-2:] == ["--max-num-seqs", "4"]
+
+
+def test_start_probe_ready():
+    world = World()
+    backend = world.backend()
+    replica = backend.start(SPEC)
+    assert replica.url == "http://127.0.0.1:9001" and replica.state is ReplicaState.STARTING
+    process = world.processes[replica.replica_id]
+    assert process.argv[process.argv.index("--port") + 1] == "9001"
+    assert process.env["X"] == "1" and process.env["OMP_NUM_THREADS"] == "1" and process.env["PATH"] == "/bin"
+    assert backend.health(replica.replica_id) is False
+    world.ready_urls.add(replica.url)
+    assert backend.health(replica.replica_id) is True
+    assert backend.list()[0].state is ReplicaState.READY
+
+
+def test_drain_then_stop_sends_sigterm_and_forgets_it():
+    world = World()
+    backend = world.backend()
+    replica = backend.start(SPEC)
+    backend.drain(replica.replica_id)
+    assert backend.list()[0].state is ReplicaState.DRAINING
+    assert world.processes[replica.replica_id].signals == []  # draining sends nothing
+    backend.stop(replica.replica_id)
+    assert world.processes[replica.replica_id].signals == ["TERM"]
+    assert backend.list() == [] and backend.stopping == []
+    assert backend.exited[-1].exit_code == 0
+    backend.stop(replica.replica_id)  # again: harmless
+
+
+def test_sigkill_when_sigterm_is_ignored_past_the_grace():
+    world = World()
+    backend = world.backend(kill_after_s=40.0)
+    replica = backend.start(SPEC)
+    process = world.processes[replica.replica_id]
+    process.exit_on_term = False
+    backend.stop(replica.replica_id)
+    world.now = 39.0
+    assert backend.stopping == [replica.replica_id] and process.signals == ["TERM"]
+    world.now = 40.0
+    backend.list()
+    assert process.signals == ["TERM", "KILL"]
+    assert backend.stopping == [] and backend.exited[-1].exit_code == -9
+
+
+def test_a_process_that_dies_leaves_the_list():
+    world = World()
+    backend = world.backend()
+    a, b = backend.start(SPEC), backend.start(SPEC)
+    world.ready_urls.update({a.url, b.url})
+    world.processes[a.replica_id].code = 1  # e.g. the model failed to load, or it was killed
+    assert [r.replica_id for r in backend.list()] == [b.replica_id]
+    assert backend.health(a.replica_id) is False
+    assert backend.exited[-1].replica_id == a.replica_id and backend.exited[-1].exit_code == 1
+
+
+def test_spawn_failure_is_a_backend_error():
+    def refuse(argv, env, replica_id):
+        raise FileNotFoundError("no python")
+
+    backend = LocalBackend(spawn=refuse, free_port=lambda: 1, probe=lambda url: False, clock=lambda: 0.0)
+    with pytest.raises(BackendError, match="cannot start"):
+        backend.start(SPEC)
+    assert backend.list() == []
+
+
+def test_close_stops_everything():
+    world = World()
+    backend = world.backend()
+    replicas = [backend.start(SPEC) for _ in range(3)]
+    backend.close()
+    assert backend.list() == []
+    assert all(world.processes[r.replica_id].signals == ["TERM"] for r in replicas)
