@@ -31,6 +31,9 @@ _TYPES = {
 }
 
 
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
+
+
 class APIError(Exception):
     """Raise anywhere in a handler to answer with this status and an OpenAI-style body."""
 
@@ -62,8 +65,8 @@ def error_response(error: APIError) -> JSONResponse:
 
 
 def _field_path(loc: tuple[Any, ...]) -> str | None:
-    # FastAPI prefixes body fields with "body"; pydantic adds the union member tried ("list[int]").
-    parts = [str(p) for p in loc if p != "body" and not (isinstance(p, str) and "[" in p)]
+    # FastAPI prefixes body fields with "body"; pydantic adds the union member tried ("str", "list[int]").
+    parts = [str(p) for p in loc if p != "body" and not (isinstance(p, str) and ("[" in p or p in _UNION_TAGS))]
     path = ""
     for part in parts:
         path += f"[{part}]" if part.isdigit() else (f".{part}" if path else part)

@@ -171,7 +171,10 @@ class ServerMetrics:
         self.labels = (model_name, recipe)
         self._engine.labels = self.labels
         self._engine.source = engine_stats
-        for reason in ("stop", "length", "abort"):  # present at zero, so rate() works from the start
+        # Every series present at zero from the start, so rate() and histogram_quantile() work at once.
+        for histogram in (self.ttft, self.itl, self.e2e):
+            histogram.labels(*self.labels)
+        for reason in ("stop", "length", "abort"):
             self.success.labels(*self.labels, reason)
 
     def timer(self, arrival: float) -> SequenceTimer:

@@ -19,6 +19,7 @@ __all__ = ["Choice", "Plan", "ModelLimits", "plan_completion", "plan_chat", "che
 
 # Completions default to 16 tokens as in OpenAI's API; chat defaults to the rest of the context.
 COMPLETION_DEFAULT_MAX_TOKENS = 16
+GREEDY_BELOW_TEMPERATURE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,14 @@ def _max_tokens(
     return requested
 
 
+def _temperature(requested: float | None) -> float:
+    if requested is None:
+        return 1.0
+    # Dividing logits by a tiny temperature overflows them to inf and the sampler to NaN (failing
+    # every sequence in that engine step); below vLLM's threshold, sample greedily instead.
+    return 0.0 if requested < GREEDY_BELOW_TEMPERATURE else requested
+
+
 def _sampling_params(
     req: CompletionRequest | ChatCompletionRequest, max_tokens: int, choice: int, logprobs: int | None
 ) -> SamplingParams:
@@ -135,8 +144,10 @@ def _sampling_params(
     try:
         return SamplingParams(
             max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
+            temperature=_temperature(req.temperature),
+            # The sampler compares in float32, where a top_p below ~1e-38 is 0 and keeps no token at all;
+            # any top_p this small means "the top token only", as 1e-6 does.
+            top_p=1.0 if req.top_p is None else max(req.top_p, 1e-6),
             top_k=req.top_k or 0,
             seed=seed,
             stop=req.stop_list(),
