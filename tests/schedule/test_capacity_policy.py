@@ -1,0 +1,120 @@
+"""The capacity policy: replicas = predicted token demand / the Profile's capacity at the latency SLO."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+
+from tandem.schedule.policies import (
+    CapacityParams,
+    PolicyState,
+    ScaleContext,
+    ScaleLimits,
+    TokenDemand,
+    capacity,
+    slo_capacity,
+)
+
+from .helpers import profile, spread
+
+# Measured decode throughput by batch: per-sequence rate 20, 15, 10 (at 8), 6 tokens/s.
+SLOW = profile({1: 20.0, 4: 60.0, 8: 80.0, 16: 96.0}, cold_start_s=10.0)
+FAST = profile({1: 40.0, 4: 140.0, 8: 240.0, 16: 320.0}, cold_start_s=10.0)  # a faster recipe
+WIDE = ScaleLimits(min_replicas=1, max_replicas=100, max_scale_up_rate=1000, max_scale_down_rate=1000)
+PARAMS = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0)  # 10 tokens/s per sequence; no forecast
+
+
+def decide(demand: float, prof=SLOW, params=PARAMS, current=1, in_flight=0, state=PolicyState(), now=0.0, limits=WIDE):
+    ctx = ScaleContext(
+        now, "v", current, current, spread(in_flight, current), limits, state, TokenDemand(0.0, demand), profile=prof
+    )
+    return capacity(ctx, params)
+
+
+def test_slo_capacity_is_the_largest_batch_meeting_the_slo():
+    cap = slo_capacity(SLOW, tpot_slo_s=0.1)
+    assert (cap.batch, cap.output_tokens_per_s, cap.meets_slo) == (8, 80.0, True)  # 80 / 8 = 10 tokens/s each
+    cap = slo_capacity(SLOW, tpot_slo_s=0.05)  # 20 tokens/s each: only batch 1
+    assert (cap.batch, cap.output_tokens_per_s) == (1, 20.0)
+    cap = slo_capacity(SLOW, tpot_slo_s=0.01)  # 100 tokens/s each: nothing meets it
+    assert cap.meets_slo is False and cap.batch == 1
+
+
+@pytest.mark.parametrize("demand", [0.0, 10.0, 80.0, 81.0, 250.0, 799.0, 800.0])
+def test_desired_is_ceil_demand_over_capacity(demand):
+    assert decide(demand, current=max(1, math.ceil(demand / 80)))[0] == max(1, math.ceil(demand / 80))
+
+
+def test_a_faster_variant_needs_fewer_replicas_for_the_same_traffic():
+    slow, _ = decide(960.0, prof=SLOW)
+    fast, _ = decide(960.0, prof=FAST)
+    assert (slow, fast) == (12, 3)  # 960 / 80 (batch 8) and 960 / 320 (batch 16 still meets the SLO)
+
+
+def test_queued_requests_count_as_demand():
+    # The served rate saturates at capacity (2 replicas x 80); 40 in flight need 40 x 10 tokens/s.
+    assert decide(160.0, current=2, in_flight=40)[0] == 5
+
+
+def test_prompt_tokens_cost_prefill_time():
+    prof = profile({1: 20.0, 8: 80.0}, prefill=1000.0)
+    ctx = ScaleContext(0.0, "v", 1, 1, (), WIDE, PolicyState(), TokenDemand(1500.0, 80.0), profile=prof)
+    assert capacity(ctx, PARAMS)[0] == 3  # 80/80 busy for decode + 1500/1000 for prefill = 2.5
+
+
+def test_forecast_scales_ahead_of_a_ramp_over_the_cold_start():
+    params = CapacityParams(tpot_slo_s=0.1, smoothing=0.5, trend_smoothing=0.5)  # horizon = cold start, 10 s
+    policy = functools.partial(capacity, params=params)
+    state, current = PolicyState(), 1
+    ahead = []
+    for t in range(0, 60, 2):
+        demand = 8.0 * t  # +8 tokens/s every second
+        ctx = ScaleContext(float(t), "v", current, current, (), WIDE, state, TokenDemand(0.0, demand), profile=SLOW)
+        current, state = policy(ctx)
+        ahead.append(current - max(1, math.ceil(demand / 80)))
+    assert all(a >= 0 for a in ahead)  # never below the present demand
+    assert sum(ahead[-10:]) >= 5  # and ahead of it once the trend is learned (10 s x 8/s^2 = 1 replica)
+
+
+def test_scale_down_is_stabilized_for_60_s():
+    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, smoothing=1.0, trend_smoothing=0.0)  # no smoothing lag
+    state, current = PolicyState(), 1
+    history = []
+    for t in range(0, 200, 5):
+        demand = 800.0 if t < 50 else 80.0
+        current, state = decide(demand, params=params, current=current, state=state, now=float(t))
+        history.append((t, current))
+    by_time = dict(history)
+    assert by_time[45] == 10 and by_time[100] == 10  # the last high recommendation (t=45) is in the window
+    assert by_time[105] == 1
+
+
+def test_smoothing_lags_on_the_way_down():
+    state, current = PolicyState(), 10
+    for t in range(0, 50, 5):
+        current, state = decide(800.0, current=current, state=state, now=float(t))
+    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, scale_down_stabilization_s=0)
+    current, state = decide(80.0, params=params, current=current, state=state, now=50.0)
+    assert current == 6  # the level is halfway down (alpha 0.5): 440 tokens/s, not 80
+
+
+def test_persistent_minimum_tier_holds_when_idle():
+    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, min_tier_tokens_per_s=200.0, scale_down_stabilization_s=0)
+    assert decide(0.0, params=params, current=5)[0] == 3  # ceil(200 / 80) however quiet
+    assert decide(0.0, prof=FAST, params=params, current=5)[0] == 1  # the faster recipe's tier is smaller
+
+
+def test_limits_apply_last():
+    limits = ScaleLimits(min_replicas=2, max_replicas=6, max_scale_up_rate=2.0, max_scale_down_rate=2.0)
+    assert decide(10_000.0, current=2, limits=limits)[0] == 4  # at most doubles per decision
+    assert decide(10_000.0, current=4, limits=limits)[0] == 6  # at most max_replicas
+    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, scale_down_stabilization_s=0)
+    assert decide(0.0, current=6, limits=limits, params=params)[0] == 3  # at most halves
+
+
+def test_needs_a_profile():
+    ctx = ScaleContext(0.0, "v", 1, 1, (), WIDE, PolicyState())
+    with pytest.raises(ValueError, match="Profile"):
+        capacity(ctx, PARAMS)
