@@ -1,0 +1,78 @@
+"""The scheduling layer: how many replicas, where, and which one serves each request.
+
+Never imports torch, the engine, the model or the optimizers (import-linter contract). It sizes
+and routes with `tandem.contracts` types (Profile, ReplicaLoad) and starts replicas through a
+`tandem.cluster.Backend`.
+
+- policies/: autoscaling policies, pure functions `(ScaleContext) -> (desired, PolicyState)`
+- routers: least-outstanding, power-of-two, region-aware with spill-over, prefix-affinity
+- breaker, fallback: a circuit breaker per variant; retry on the fallback before the first byte
+- controller: the one impure loop (probe, collect loads, scale, drain before stop); rollout: `use()`
+- deployment: the deployment file (YAML, validated)
+"""
+
+from tandem.schedule.breaker import BreakerBoard, BreakerConfig, BreakerMode, BreakerState, Outcome
+from tandem.schedule.controller import Controller, ControllerConfig, Pool, TickReport
+from tandem.schedule.fallback import FailureKind, FallbackPlan, after_failure, breaker_outcome
+from tandem.schedule.metrics import SchedulerMetrics
+from tandem.schedule.policies import (
+    CapacityParams,
+    HpaParams,
+    KpaParams,
+    Policy,
+    PolicyState,
+    ScaleContext,
+    ScaleLimits,
+    TokenDemand,
+    make_policy,
+)
+from tandem.schedule.rollout import Phase, Rollout
+from tandem.schedule.routers import (
+    LeastOutstanding,
+    PowerOfTwo,
+    PrefixAffinity,
+    RegionAware,
+    Router,
+    RouteRequest,
+    make_router,
+)
+from tandem.schedule.traffic import DemandMeter, InFlight
+from tandem.schedule.variant import Variant
+
+__all__ = [
+    "BreakerBoard",
+    "BreakerConfig",
+    "BreakerMode",
+    "BreakerState",
+    "CapacityParams",
+    "Controller",
+    "ControllerConfig",
+    "DemandMeter",
+    "FailureKind",
+    "FallbackPlan",
+    "HpaParams",
+    "InFlight",
+    "KpaParams",
+    "LeastOutstanding",
+    "Outcome",
+    "Phase",
+    "Policy",
+    "PolicyState",
+    "Pool",
+    "PowerOfTwo",
+    "PrefixAffinity",
+    "RegionAware",
+    "Rollout",
+    "RouteRequest",
+    "Router",
+    "ScaleContext",
+    "ScaleLimits",
+    "SchedulerMetrics",
+    "TickReport",
+    "TokenDemand",
+    "Variant",
+    "after_failure",
+    "breaker_outcome",
+    "make_policy",
+    "make_router",
+]

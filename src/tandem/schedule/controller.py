@@ -1,0 +1,303 @@
+"""The controller: the scheduling layer's one impure loop.
+
+Each tick: probe replicas (a starting one that answers becomes ready; a ready one that stops
+answering is replaced), collect `ReplicaLoad`s, stop drained replicas that have gone idle, step a
+rollout if one is under way, then for every pool (a variant and its policy) build a ScaleContext,
+call the policy, and start or drain replicas to match. A replica is always drained before it is
+stopped, and stopped only once it has no request in flight (or its drain timed out), so a
+scale-down cuts no in-flight request.
+
+Everything it touches comes in as an argument: the Backend, the clock, the load-collection
+function, the demand and buffered-request sources, the metrics. Tests drive `tick()` with a fake
+clock and a FakeBackend; `run()` is the real loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from tandem.cluster.backend import Backend, BackendError, Replica, ReplicaState
+from tandem.contracts import ReplicaLoad
+from tandem.schedule.metrics import SchedulerMetrics
+from tandem.schedule.placement import pick_victims, region_to_add
+from tandem.schedule.policies.context import Policy, PolicyState, ScaleContext, ScaleLimits, TokenDemand
+from tandem.schedule.rollout import DrainVariant, Fleet, Phase, Rollout, StartReplicas, step, weights
+from tandem.schedule.variant import Variant
+
+__all__ = ["Controller", "ControllerConfig", "Pool", "TickReport"]
+
+logger = logging.getLogger("tandem.schedule")
+
+LoadCollector = Callable[[Sequence[Replica]], Mapping[str, ReplicaLoad]]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A variant the controller keeps replicas of, and how it sizes them."""
+
+    variant: Variant
+    policy_name: str
+    policy: Policy
+    limits: ScaleLimits
+    regions: tuple[str, ...] = ("local",)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    drain_timeout_s: float = 120.0  # a draining replica is stopped after this even if still busy
+    start_timeout_s: float = 300.0  # a replica not ready after this is stopped (and replaced)
+    unhealthy_after: int = 3  # failed probes in a row before a ready replica is replaced
+
+
+@dataclass
+class TickReport:
+    now: float
+    desired: dict[str, tuple[int, int]] = field(default_factory=dict)  # variant -> (current, desired)
+    started: list[str] = field(default_factory=list)
+    drained: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    rollout: Rollout | None = None
+
+
+class Controller:
+    def __init__(
+        self,
+        backend: Backend,
+        pools: Sequence[Pool],
+        clock: Callable[[], float],
+        collect_loads: LoadCollector,
+        *,
+        primary: str | None = None,
+        demand: Callable[[str, float], TokenDemand] | None = None,
+        buffered: Callable[[str], int] | None = None,
+        metrics: SchedulerMetrics | None = None,
+        config: ControllerConfig = ControllerConfig(),
+    ) -> None:
+        if not pools:
+            raise ValueError("the controller needs at least one pool")
+        self.backend = backend
+        self.pools: dict[str, Pool] = {p.variant.name: p for p in pools}
+        self.states: dict[str, PolicyState] = {name: PolicyState() for name in self.pools}
+        self.primary = primary or pools[0].variant.name
+        if self.primary not in self.pools:
+            raise ValueError(f"primary variant {self.primary!r} has no pool")
+        self.clock = clock
+        self.collect_loads = collect_loads
+        self.demand = demand or (lambda _variant, _now: TokenDemand())
+        self.buffered = buffered or (lambda _variant: 0)
+        self.metrics = metrics
+        self.config = config
+        self.rollout: Rollout | None = None
+        self.replicas: list[Replica] = []  # the fleet as of the last tick
+        self._draining_since: dict[str, float] = {}
+        self._probe_failures: Counter[str] = Counter()
+        self._lock = threading.Lock()  # one tick at a time; `use` may come from another thread
+
+    # --- what the gateway asks ----------------------------------------------------------------
+    def weights(self) -> dict[str, float]:
+        """How the primary traffic splits over variants now ({primary: 1.0} outside a rollout)."""
+        rollout = self.rollout
+        if rollout is not None and not rollout.finished:
+            return weights(rollout)
+        return {self.primary: 1.0}
+
+    def use(self, variant: Variant, shift_step: float = 1.0, timeout_s: float = 600.0) -> Rollout:
+        """Roll the primary traffic over to `variant`: start new, shift traffic, drain old."""
+        with self._lock:
+            if self.rollout is not None and not self.rollout.finished:
+                raise RuntimeError(f"a rollout {self.rollout.old} -> {self.rollout.new} is under way")
+            if variant.name == self.primary:
+                raise ValueError(f"{variant.name!r} already serves the primary traffic")
+            if variant.name in self.pools:
+                raise ValueError(
+                    f"{variant.name!r} already has a pool (the fallback?); give the new variant its own name"
+                )
+            old = self.pools[self.primary]
+            live = sum(1 for r in self.backend.list() if r.variant == self.primary and r.live)
+            self.pools[variant.name] = replace(old, variant=variant)
+            self.states[variant.name] = self.states[self.primary]
+            self.rollout = Rollout(
+                old=self.primary,
+                new=variant.name,
+                target=max(live, old.limits.min_replicas, 1),
+                started_at=self.clock(),
+                shift_step=shift_step,
+                timeout_s=timeout_s,
+            )
+            logger.info("rollout %s -> %s: starting %d replicas", self.primary, variant.name, self.rollout.target)
+            return self.rollout
+
+    # --- the loop ----------------------------------------------------------------------------
+    def run(self, stop: threading.Event, interval_s: float = 1.0) -> None:
+        """Tick every `interval_s` until `stop` is set. A failing tick is logged, never fatal."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                logger.exception("controller tick failed")
+            stop.wait(interval_s)
+
+    def tick(self) -> TickReport:
+        with self._lock:
+            now = self.clock()
+            report = TickReport(now)
+            self._probe(now, report)
+            replicas = self.backend.list()
+            loads = self.collect_loads(replicas)
+            self._finish_drains(replicas, loads, now, report)
+            replicas = self.backend.list()
+            self._step_rollout(replicas, loads, now, report)
+            held = self._held()
+            for name, pool in list(self.pools.items()):
+                if name not in held:
+                    self._scale(pool, self.backend.list(), loads, now, report)
+            self.replicas = self.backend.list()
+            if self.metrics is not None:
+                self.metrics.observe_replicas(self.pools, self.replicas)
+            report.rollout = self.rollout
+            return report
+
+    # --- steps -------------------------------------------------------------------------------
+    def _probe(self, now: float, report: TickReport) -> None:
+        for replica in self.backend.list():
+            if replica.state not in (ReplicaState.STARTING, ReplicaState.READY):
+                continue
+            if self.backend.health(replica.replica_id):
+                self._probe_failures.pop(replica.replica_id, None)
+                continue
+            if replica.state is ReplicaState.STARTING:
+                if now - replica.started_at > self.config.start_timeout_s:
+                    logger.warning(
+                        "replica %s not ready after %.0f s; stopping it", replica.replica_id, now - replica.started_at
+                    )
+                    self._stop(replica.replica_id, report)
+                continue
+            self._probe_failures[replica.replica_id] += 1
+            if self._probe_failures[replica.replica_id] >= self.config.unhealthy_after:
+                logger.warning(
+                    "replica %s failed %d probes; replacing it", replica.replica_id, self.config.unhealthy_after
+                )
+                self._stop(replica.replica_id, report)
+
+    def _finish_drains(
+        self, replicas: Sequence[Replica], loads: Mapping[str, ReplicaLoad], now: float, report: TickReport
+    ) -> None:
+        for replica in replicas:
+            if replica.state is not ReplicaState.DRAINING:
+                continue
+            since = self._draining_since.setdefault(replica.replica_id, now)
+            load = loads.get(replica.replica_id)
+            idle = load is not None and load.running + load.waiting == 0
+            if idle or now - since >= self.config.drain_timeout_s:
+                if not idle:
+                    logger.warning("replica %s still busy after its drain timeout; stopping it", replica.replica_id)
+                self._stop(replica.replica_id, report)
+
+    def _step_rollout(
+        self, replicas: Sequence[Replica], loads: Mapping[str, ReplicaLoad], now: float, report: TickReport
+    ) -> None:
+        if self.rollout is None or self.rollout.finished:
+            return
+        fleet = Fleet(
+            live=Counter(r.variant for r in replicas if r.live),
+            ready=Counter(r.variant for r in replicas if r.state is ReplicaState.READY),
+            draining=Counter(r.variant for r in replicas if r.state is ReplicaState.DRAINING),
+        )
+        self.rollout, actions = step(self.rollout, fleet, now)
+        for action in actions:
+            pool = self.pools[action.variant]
+            if isinstance(action, StartReplicas):
+                live = [r for r in replicas if r.variant == action.variant and r.live]
+                self._start(pool, live, action.count, report)
+            elif isinstance(action, DrainVariant):
+                victims = [r for r in replicas if r.variant == action.variant and r.live]
+                self._remove(victims, now, report)
+        if self.rollout.phase is Phase.DONE:
+            logger.info("rollout %s -> %s done", self.rollout.old, self.rollout.new)
+            self.primary = self.rollout.new
+            self.pools.pop(self.rollout.old)
+            self.states.pop(self.rollout.old)
+        elif self.rollout.phase is Phase.ABORTED:
+            logger.warning(
+                "rollout %s -> %s aborted: the new replicas were not ready in time", self.rollout.old, self.rollout.new
+            )
+
+    def _held(self) -> set[str]:
+        """Pools a rollout controls this tick (their policies wait)."""
+        rollout = self.rollout
+        if rollout is None:
+            return set()
+        if rollout.phase is Phase.ABORTED:  # the new pool is drained; once empty, it is forgotten
+            if not any(r.variant == rollout.new for r in self.backend.list()):
+                self.pools.pop(rollout.new, None)
+                self.states.pop(rollout.new, None)
+                self.rollout = None
+            return {rollout.new}
+        if rollout.finished:
+            return set()
+        return {rollout.old, rollout.new}
+
+    def _scale(
+        self, pool: Pool, replicas: Sequence[Replica], loads: Mapping[str, ReplicaLoad], now: float, report: TickReport
+    ) -> None:
+        name = pool.variant.name
+        live = [r for r in replicas if r.variant == name and r.live]
+        ready = [r for r in live if r.state is ReplicaState.READY]
+        ctx = ScaleContext(
+            now=now,
+            variant=name,
+            current_replicas=len(live),
+            ready_replicas=len(ready),
+            loads=tuple(loads[r.replica_id] for r in ready if r.replica_id in loads),
+            limits=pool.limits,
+            state=self.states[name],
+            demand=self.demand(name, now),
+            buffered=self.buffered(name),
+            profile=pool.variant.profile,
+        )
+        desired, self.states[name] = pool.policy(ctx)
+        report.desired[name] = (len(live), desired)
+        if desired == len(live):
+            return
+        direction = "up" if desired > len(live) else "down"
+        logger.info(
+            "%s: %s %d -> %d replicas (%s)", name, pool.policy_name, len(live), desired, dict(self.states[name].notes)
+        )
+        if self.metrics is not None:
+            self.metrics.count_decision(pool.policy_name, direction)
+        if desired > len(live):
+            self._start(pool, live, desired - len(live), report)
+        else:
+            self._remove(pick_victims(live, loads, len(live) - desired), now, report)
+
+    # --- backend calls -----------------------------------------------------------------------
+    def _start(self, pool: Pool, live: Sequence[Replica], count: int, report: TickReport) -> None:
+        placed = list(live)
+        for _ in range(count):
+            region = region_to_add(pool.regions, placed)
+            try:
+                replica = self.backend.start(pool.variant.spec(region))
+            except BackendError as exc:
+                logger.error("cannot start a replica of %s: %s", pool.variant.name, exc)
+                return
+            placed.append(replica)
+            report.started.append(replica.replica_id)
+
+    def _remove(self, victims: Sequence[Replica], now: float, report: TickReport) -> None:
+        for replica in victims:
+            if replica.state is ReplicaState.STARTING:
+                self._stop(replica.replica_id, report)  # it never took a request
+            else:
+                self.backend.drain(replica.replica_id)
+                self._draining_since[replica.replica_id] = now
+                report.drained.append(replica.replica_id)
+
+    def _stop(self, replica_id: str, report: TickReport) -> None:
+        self.backend.stop(replica_id)
+        self._draining_since.pop(replica_id, None)
+        self._probe_failures.pop(replica_id, None)
+        report.stopped.append(replica_id)

@@ -1,0 +1,65 @@
+"""The scheduling layer's Prometheus metrics (named like the server's: a `tandem:` prefix).
+
+- `tandem:replicas{variant,state}`: replicas by state (starting, ready, draining), set every tick;
+- `tandem:fallback_total{variant}`: requests re-run on the fallback variant after failing on `variant`;
+- `tandem:breaker_state{variant}`: 0 closed, 1 half-open, 2 open;
+- `tandem:scale_decisions_total{policy,direction}`: decisions that changed a replica count (up, down).
+The gateway serves them beside its own, from the registry it passes in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from tandem.cluster.backend import Replica, ReplicaState
+from tandem.schedule.breaker import BreakerMode
+
+__all__ = ["SchedulerMetrics"]
+
+PREFIX = "tandem:"
+_STATES = (ReplicaState.STARTING, ReplicaState.READY, ReplicaState.DRAINING)
+
+
+class SchedulerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.replicas = Gauge(
+            PREFIX + "replicas", "Replicas by variant and state.", ("variant", "state"), registry=self.registry
+        )
+        self.fallbacks = Counter(
+            PREFIX + "fallback",  # exposed as tandem:fallback_total
+            "Requests re-run on the fallback variant after failing on `variant`.",
+            ("variant",),
+            registry=self.registry,
+        )
+        self.breaker = Gauge(
+            PREFIX + "breaker_state",
+            "Circuit breaker per variant: 0 closed, 1 half-open, 2 open.",
+            ("variant",),
+            registry=self.registry,
+        )
+        self.scale_decisions = Counter(
+            PREFIX + "scale_decisions",  # exposed as tandem:scale_decisions_total
+            "Autoscaling decisions that changed a replica count.",
+            ("policy", "direction"),
+            registry=self.registry,
+        )
+
+    def observe_replicas(self, variants: Iterable[str], replicas: Iterable[Replica]) -> None:
+        counts = {(v, s): 0 for v in variants for s in _STATES}
+        for replica in replicas:
+            if replica.state in _STATES:
+                counts[(replica.variant, replica.state)] = counts.get((replica.variant, replica.state), 0) + 1
+        for (variant, state), count in counts.items():
+            self.replicas.labels(variant, state.value).set(count)
+
+    def observe_breaker(self, variant: str, mode: BreakerMode) -> None:
+        self.breaker.labels(variant).set(mode.gauge)
+
+    def count_fallback(self, variant: str) -> None:
+        self.fallbacks.labels(variant).inc()
+
+    def count_decision(self, policy: str, direction: str) -> None:
+        self.scale_decisions.labels(policy, direction).inc()

@@ -1,0 +1,118 @@
+"""Rollout: `use(variant)` starts new replicas, shifts traffic, drains old ones; zero failed requests."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tandem.cluster import FakeBackend
+from tandem.schedule.controller import Controller, Pool
+from tandem.schedule.metrics import SchedulerMetrics
+from tandem.schedule.policies import ScaleLimits
+from tandem.schedule.rollout import DrainVariant, Fleet, Phase, Rollout, StartReplicas, step, weights
+from tandem.schedule.traffic import InFlight
+from tandem.schedule.variant import Variant
+
+from .fleet import Traffic
+from .helpers import FakeClock
+
+OLD, NEW, BASE = Variant("int8", "int8"), Variant("spec", "int8+speculative(k=4)"), Variant("baseline", "baseline")
+
+
+def test_step_by_step():
+    r = Rollout(old="a", new="b", target=2, started_at=0.0, shift_step=0.5)
+    r, actions = step(r, Fleet(live={"a": 2}), 1.0)
+    assert actions == (StartReplicas("b", 2),) and r.phase is Phase.STARTING and weights(r) == {"a": 1.0, "b": 0.0}
+    r, actions = step(r, Fleet(live={"a": 2, "b": 2}, ready={"a": 2, "b": 1}), 2.0)
+    assert actions == () and r.phase is Phase.STARTING  # both started, one not ready yet
+    r, actions = step(r, Fleet(live={"a": 2, "b": 1}, ready={"a": 2, "b": 1}), 3.0)
+    assert actions == (StartReplicas("b", 1),)  # one died: replaced
+    r, actions = step(r, Fleet(live={"a": 2, "b": 2}, ready={"a": 2, "b": 2}), 4.0)
+    assert r.phase is Phase.SHIFTING and weights(r) == {"a": 0.5, "b": 0.5} and actions == ()
+    r, actions = step(r, Fleet(live={"a": 2, "b": 2}, ready={"a": 2, "b": 2}), 5.0)
+    assert r.phase is Phase.DRAINING and weights(r) == {"a": 0.0, "b": 1.0} and actions == (DrainVariant("a"),)
+    r, actions = step(r, Fleet(live={"b": 2}, ready={"b": 2}, draining={"a": 1}), 6.0)
+    assert r.phase is Phase.DRAINING and actions == ()  # waiting for the last old one to finish
+    r, _ = step(r, Fleet(live={"b": 2}, ready={"b": 2}), 7.0)
+    assert r.phase is Phase.DONE and r.finished and weights(r) == {"b": 1.0}
+
+
+def test_step_aborts_when_the_new_variant_never_gets_ready():
+    r = Rollout(old="a", new="b", target=1, started_at=0.0, timeout_s=60.0)
+    r, _ = step(r, Fleet(live={"a": 1, "b": 1}), 60.0)
+    assert r.phase is Phase.STARTING
+    r, actions = step(r, Fleet(live={"a": 1, "b": 1}), 61.0)
+    assert r.phase is Phase.ABORTED and actions == (DrainVariant("b"),) and weights(r) == {"a": 1.0}
+
+
+def build(startup_s=5.0):
+    clock = FakeClock()
+    backend = FakeBackend(clock, startup_s=startup_s)
+    inflight = InFlight()
+    limits = ScaleLimits(min_replicas=1, max_replicas=6)
+    hold = lambda ctx: (max(ctx.current_replicas, ctx.limits.min_replicas), ctx.state)  # noqa: E731
+    pools = [Pool(OLD, "hold", hold, ScaleLimits(min_replicas=3, max_replicas=6)), Pool(BASE, "hold", hold, limits)]
+    metrics = SchedulerMetrics(CollectorRegistry())
+    controller = Controller(backend, pools, clock, inflight.loads, primary="int8", metrics=metrics)
+    return clock, backend, inflight, controller, metrics
+
+
+def warm_up(clock, controller, seconds=6):
+    controller.tick()
+    for _ in range(seconds):  # the first replicas start before any traffic arrives
+        clock.advance(1.0)
+        controller.tick()
+
+
+def run_until(clock, controller, traffic, until, per_tick=3, duration_s=3.0):
+    while clock.now < until:
+        clock.advance(1.0)
+        traffic.finish(clock.now)
+        traffic.send(per_tick, clock.now, duration_s)
+        controller.tick()
+
+
+def test_use_under_load_fails_zero_requests():
+    clock, backend, inflight, controller, metrics = build()
+    traffic = Traffic(backend, inflight, controller)
+    warm_up(clock, controller)
+    run_until(clock, controller, traffic, 20)
+    assert sorted(r.variant for r in backend.list()) == ["baseline"] + ["int8"] * 3
+    rollout = controller.use(NEW)
+    assert rollout.target == 3
+    with pytest.raises(RuntimeError, match="under way"):
+        controller.use(Variant("other", "bf16"))
+    run_until(clock, controller, traffic, 60)
+    assert controller.rollout.phase is Phase.DONE and controller.primary == "spec"
+    assert controller.weights() == {"spec": 1.0}
+    assert sorted(r.variant for r in backend.list()) == ["baseline"] + ["spec"] * 3
+    assert set(controller.pools) == {"spec", "baseline"}
+    run_until(clock, controller, traffic, 80)
+    assert traffic.failed == 0 and traffic.cut == []
+    assert traffic.served_by["int8"] > 0 and traffic.served_by["spec"] > 0
+    assert traffic.served_by.get("baseline", 0) == 0  # the fallback took no primary traffic
+    stopped = [r.variant for r in backend.stopped]
+    assert stopped == ["int8"] * 3
+    value = metrics.registry.get_sample_value
+    assert value("tandem:replicas", {"variant": "spec", "state": "ready"}) == 3
+
+
+def test_use_refuses_the_current_or_an_existing_pool():
+    _, _, _, controller, _ = build()
+    with pytest.raises(ValueError, match="already serves"):
+        controller.use(OLD)
+    with pytest.raises(ValueError, match="already has a pool"):
+        controller.use(BASE)
+
+
+def test_an_aborted_rollout_leaves_the_old_variant_serving():
+    clock, backend, inflight, controller, _ = build(startup_s=1e9)  # nothing ever gets ready...
+    backend._startup = lambda spec: 5.0 if spec.variant != "spec" else 1e9  # ...except the old variants
+    traffic = Traffic(backend, inflight, controller)
+    warm_up(clock, controller)
+    run_until(clock, controller, traffic, 10)
+    controller.use(NEW, timeout_s=30.0)
+    run_until(clock, controller, traffic, 50)
+    assert controller.rollout is None and controller.primary == "int8"
+    assert sorted(r.variant for r in backend.list()) == ["baseline"] + ["int8"] * 3
+    assert traffic.failed == 0 and traffic.cut == []
