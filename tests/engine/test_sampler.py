@@ -51,3 +51,13 @@ def test_sampling_frequencies_follow_the_distribution():
 def test_invalid_params_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**kwargs)
+
+
+def test_vanishing_temperature_and_top_p_are_greedy_not_nan():
+    logits = torch.tensor([[0.1, 3.0, 0.2, 0.3]])
+    tiny_t = SamplingParams(temperature=1e-30, seed=1)
+    tiny_p = SamplingParams(temperature=1.0, top_p=1e-45, seed=1)
+    assert tiny_t.greedy
+    for params in (tiny_t, tiny_p):
+        tokens, _ = sample(logits, [params], [new_generator(1)])
+        assert tokens == [1]

@@ -31,6 +31,7 @@ def filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the top token always stays).
         drop = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p
+        drop[..., 0] = False  # even a top_p that rounds to 0 in float32 keeps the most likely token
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
         probs = probs / probs.sum(-1, keepdim=True)

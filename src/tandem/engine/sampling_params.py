@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SamplingParams"]
+__all__ = ["SamplingParams", "GREEDY_BELOW_TEMPERATURE"]
+
+GREEDY_BELOW_TEMPERATURE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # Below this, logits / temperature overflows float32: the limit is greedy decoding anyway.
+        return self.temperature < GREEDY_BELOW_TEMPERATURE
 
     @classmethod
     def greedy_params(cls, max_tokens: int = 16, **kwargs) -> SamplingParams:
