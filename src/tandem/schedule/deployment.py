@@ -1,0 +1,345 @@
+"""The deployment file: which variants run, where, how they scale, route and fail over. YAML in, dataclasses out.
+
+```yaml
+model: models/tiny              # default for every variant (omit: the bundled model)
+threads: 1                      # torch threads per replica
+regions: [local]                # default regions of every variant
+primary: fast                   # the variant that serves by default (default: the first)
+fallback: baseline              # re-runs requests that failed on another variant before the first byte
+variants:
+  - name: fast
+    recipe: int8+speculative(k=4)
+    profile: profiles/fast.json # measured Profile (path relative to this file, or inline); capacity needs it
+    replicas: {min: 1, max: 4}
+  - name: baseline
+    recipe: baseline
+    profile: profiles/baseline.json
+    replicas: {min: 1, max: 2}
+policy: {name: capacity, interval_s: 1.0, params: {tpot_slo_s: 0.1}, limits: {max_scale_down_rate: 2}}
+router: {name: prefix-affinity, params: {block_chars: 256}}
+breaker: {consecutive_failures: 5, failure_ratio: 0.5, window_s: 30, open_s: 10}
+retries: {max_attempts: 3}
+controller: {drain_timeout_s: 120, start_timeout_s: 300}
+```
+
+pydantic validates at this edge only; a bad file raises DeploymentError naming the file, the field
+(`variants[1].replicas.max`) and what is wrong. Inside, everything is frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from tandem.contracts import Profile
+from tandem.schedule.breaker import BreakerConfig
+from tandem.schedule.controller import ControllerConfig, Pool
+from tandem.schedule.fallback import FallbackPlan
+from tandem.schedule.policies import POLICIES, Policy, ScaleLimits
+from tandem.schedule.routers import Router, make_router
+from tandem.schedule.variant import Variant
+
+__all__ = ["Deployment", "DeploymentError", "VariantPlan", "apply_flags", "load_deployment", "parse_deployment"]
+
+
+class DeploymentError(ValueError):
+    """The deployment file is unusable; the message names the file, the field and the problem."""
+
+
+# --- the file's shape (pydantic, this edge only) ----------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Replicas(_Strict):
+    min: int = Field(1, ge=0)
+    max: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Replicas:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+
+class _Variant(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    recipe: str = Field(min_length=1)
+    profile: str | dict[str, Any] | None = None
+    model: str | None = None
+    threads: int | None = Field(None, ge=1)
+    regions: list[str] | None = Field(None, min_length=1)
+    replicas: _Replicas = _Replicas()
+    args: list[str] = []
+
+
+class _Policy(_Strict):
+    name: Literal["hpa", "kpa", "capacity"] = "capacity"
+    interval_s: float = Field(1.0, gt=0)
+    params: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+
+
+class _Router(_Strict):
+    name: Literal["least-outstanding", "power-of-two", "region-aware", "prefix-affinity"] = "least-outstanding"
+    params: dict[str, Any] = {}
+
+
+class _Retries(_Strict):
+    max_attempts: int = Field(3, ge=1)
+
+
+class _File(_Strict):
+    model: str | None = None
+    threads: int | None = Field(None, ge=1)
+    regions: list[str] = Field(["local"], min_length=1)
+    primary: str | None = None
+    fallback: str | None = None
+    variants: list[_Variant] = Field(min_length=1)
+    policy: _Policy = _Policy()
+    router: _Router = _Router()
+    breaker: dict[str, Any] = {}
+    retries: _Retries = _Retries()
+    controller: dict[str, Any] = {}
+
+
+# --- what the rest of tandem uses (dataclasses) -------------------------------------------------
+@dataclass(frozen=True)
+class VariantPlan:
+    variant: Variant
+    limits: ScaleLimits
+    regions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    plans: tuple[VariantPlan, ...]
+    primary: str
+    fallback: str | None
+    policy_name: str
+    policy_params: Any
+    interval_s: float
+    router_name: str
+    router_params: Mapping[str, Any]
+    breaker: BreakerConfig
+    controller: ControllerConfig
+    max_attempts: int
+
+    @property
+    def variants(self) -> dict[str, Variant]:
+        return {plan.variant.name: plan.variant for plan in self.plans}
+
+    def policy(self) -> Policy:
+        function, _ = POLICIES[self.policy_name]
+        return functools.partial(function, params=self.policy_params)
+
+    def pools(self) -> list[Pool]:
+        """One pool per variant, the primary first (what `Controller` takes)."""
+        ordered = sorted(self.plans, key=lambda plan: plan.variant.name != self.primary)
+        return [Pool(p.variant, self.policy_name, self.policy(), p.limits, p.regions) for p in ordered]
+
+    def fallback_plan(self) -> FallbackPlan:
+        return FallbackPlan(primary=self.primary, fallback=self.fallback, max_attempts=self.max_attempts)
+
+    def router(self, rng: random.Random | None = None) -> Router:
+        return make_router(self.router_name, rng, **self.router_params)
+
+
+# --- parsing -------------------------------------------------------------------------------------
+def _where(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(exc: ValidationError, prefix: str = "") -> str:
+    lines = []
+    for err in exc.errors():
+        field = _where(tuple(err["loc"]))
+        field = f"{prefix}.{field}" if prefix and field != "(top level)" else (prefix or field)
+        if err["type"] == "extra_forbidden":
+            lines.append(f"{field}: unknown field")
+        elif err["type"] == "missing":
+            lines.append(f"{field}: required")
+        else:
+            got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+            lines.append(f"{field}: {err['msg'].removeprefix('Value error, ')}{got}")
+    return "; ".join(lines)
+
+
+def _dataclass(kind: type, raw: Mapping[str, Any], where: str, fixed: Mapping[str, Any] | None = None):
+    """Build a frozen dataclass from a mapping: unknown keys and bad values name `where`."""
+    known = [f.name for f in dataclasses.fields(kind) if f.name not in (fixed or {})]
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise DeploymentError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(known)})")
+    try:
+        return TypeAdapter(kind).validate_python({**raw, **(fixed or {})})
+    except ValidationError as exc:
+        raise DeploymentError(_describe(exc, where)) from None
+
+
+def _profile(raw: str | dict[str, Any] | None, base_dir: Path, where: str) -> Profile | None:
+    if raw is None:
+        return None
+    try:
+        if isinstance(raw, dict):
+            return Profile.from_json(json.dumps(raw))
+        path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+        return Profile.from_json(path.read_text())
+    except OSError as exc:
+        raise DeploymentError(f"{where}: cannot read the profile ({exc.strerror or exc})") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DeploymentError(f"{where}: not a valid Profile ({exc})") from None
+
+
+def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
+    """Validate a mapping (a parsed deployment file) into a Deployment."""
+    try:
+        spec = _File.model_validate(raw)
+    except ValidationError as exc:
+        raise DeploymentError(_describe(exc)) from None
+    names = [v.name for v in spec.variants]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise DeploymentError(f"variants: the name {duplicates[0]!r} is used twice")
+    primary = spec.primary or names[0]
+    for field, name in (("primary", primary), ("fallback", spec.fallback)):
+        if name is not None and name not in names:
+            raise DeploymentError(f"{field}: no variant is called {name!r} (variants: {', '.join(names)})")
+    if spec.fallback is not None and spec.fallback == primary:
+        raise DeploymentError(f"fallback: {spec.fallback!r} is the primary variant; a fallback must differ")
+
+    policy_type = POLICIES[spec.policy.name][1]
+    params = _dataclass(policy_type, spec.policy.params, "policy.params")
+    plans = []
+    for i, v in enumerate(spec.variants):
+        where = f"variants[{i}]"
+        limits = _dataclass(
+            ScaleLimits,
+            spec.policy.limits,
+            "policy.limits",
+            {"min_replicas": v.replicas.min, "max_replicas": v.replicas.max},
+        )
+        profile = _profile(v.profile, Path(base_dir), f"{where}.profile")
+        if spec.policy.name == "capacity" and profile is None:
+            raise DeploymentError(f"{where}.profile: the capacity policy needs the variant's measured Profile")
+        if spec.policy.name != "kpa" and v.replicas.min == 0:
+            raise DeploymentError(f"{where}.replicas.min: only the kpa policy scales to zero; use min >= 1")
+        variant = Variant(
+            name=v.name,
+            recipe=v.recipe,
+            profile=profile,
+            model=v.model if v.model is not None else spec.model,
+            threads=v.threads if v.threads is not None else spec.threads,
+            extra_args=tuple(v.args),
+        )
+        plans.append(VariantPlan(variant, limits, tuple(v.regions or spec.regions)))
+
+    router_params = dict(spec.router.params)
+    try:
+        make_router(spec.router.name, None, **router_params)
+    except TypeError as exc:
+        raise DeploymentError(f"router.params: {exc}") from None
+    return Deployment(
+        plans=tuple(plans),
+        primary=primary,
+        fallback=spec.fallback,
+        policy_name=spec.policy.name,
+        policy_params=params,
+        interval_s=spec.policy.interval_s,
+        router_name=spec.router.name,
+        router_params=router_params,
+        breaker=_dataclass(BreakerConfig, spec.breaker, "breaker"),
+        controller=_dataclass(ControllerConfig, spec.controller, "controller"),
+        max_attempts=spec.retries.max_attempts,
+    )
+
+
+def load_deployment(path: str | Path) -> Deployment:
+    """Read and validate a deployment file (YAML, or JSON by its .json suffix)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise DeploymentError(f"{path}: cannot read the deployment file ({exc.strerror or exc})") from None
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise DeploymentError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({exc})") from None
+    if not isinstance(raw, dict):
+        raise DeploymentError(f"{path}: the deployment file must be a mapping of fields")
+    try:
+        return parse_deployment(raw, path.parent)
+    except DeploymentError as exc:
+        raise DeploymentError(f"{path}: {exc}") from None
+
+
+def _variant_name(recipe: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", recipe).strip("-") or "primary"
+
+
+def apply_flags(
+    raw: Mapping[str, Any] | None,
+    *,
+    recipe: str | None = None,
+    model: str | None = None,
+    threads: int | None = None,
+    replicas_min: int | None = None,
+    replicas_max: int | None = None,
+    policy: str | None = None,
+    fallback: str | None = None,
+    profiles: Mapping[str, Profile] | None = None,
+) -> dict[str, Any]:
+    """`tandem serve` flags over a deployment file's raw mapping (or over nothing), before validation.
+
+    --recipe names the primary variant (created if the file has none by that recipe);
+    --replicas-min/--replicas-max set the primary's replicas; --policy the policy; --fallback a
+    variant name or recipe (a variant of that recipe is added if none is called so). `profiles`
+    (by variant name) fills in measured Profiles the file does not give.
+    """
+    out: dict[str, Any] = json.loads(json.dumps(dict(raw or {})))  # a deep copy of plain data
+    variants: list[dict[str, Any]] = out.setdefault("variants", [])
+    for key, value in (("model", model), ("threads", threads)):
+        if value is not None:
+            out[key] = value
+    if recipe is not None:
+        match = next((v for v in variants if v.get("recipe") == recipe), None)
+        if match is None:
+            match = {"name": _variant_name(recipe), "recipe": recipe}
+            variants.insert(0, match)
+        out["primary"] = match["name"]
+    if not variants:
+        raise DeploymentError("no variant to serve: pass --recipe or a deployment file with variants")
+    primary_name = out.get("primary") or variants[0].get("name")
+    primary = next((v for v in variants if v.get("name") == primary_name), variants[0])
+    if replicas_min is not None or replicas_max is not None:
+        replicas = dict(primary.get("replicas") or {})
+        if replicas_min is not None:
+            replicas["min"] = replicas_min
+        if replicas_max is not None:
+            replicas["max"] = replicas_max
+        primary["replicas"] = replicas
+    if policy is not None:
+        out["policy"] = {**(out.get("policy") or {}), "name": policy}
+    if fallback is not None:
+        match = next((v for v in variants if v.get("name") == fallback), None)
+        if match is None:
+            match = {"name": _variant_name(fallback), "recipe": fallback}
+            variants.append(match)
+        out["fallback"] = match["name"]
+    for variant in variants:
+        if variant.get("profile") is None and profiles and variant.get("name") in profiles:
+            variant["profile"] = dataclasses.asdict(profiles[variant["name"]])
+    return out
