@@ -8,11 +8,14 @@ and routes with `tandem.contracts` types (Profile, ReplicaLoad) and starts repli
 - routers: least-outstanding, power-of-two, region-aware with spill-over, prefix-affinity
 - breaker, fallback: a circuit breaker per variant; retry on the fallback before the first byte
 - controller: the one impure loop (probe, collect loads, scale, drain before stop); rollout: `use()`
+- dispatch: the per-request side the gateway calls (pick a replica, account for outcomes, fall back)
 - deployment: the deployment file (YAML, validated)
 """
 
 from tandem.schedule.breaker import BreakerBoard, BreakerConfig, BreakerMode, BreakerState, Outcome
 from tandem.schedule.controller import Controller, ControllerConfig, Pool, TickReport
+from tandem.schedule.deployment import Deployment, DeploymentError, apply_flags, load_deployment, parse_deployment
+from tandem.schedule.dispatch import Dispatcher, Target
 from tandem.schedule.fallback import FailureKind, FallbackPlan, after_failure, breaker_outcome
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.policies import (
@@ -48,6 +51,9 @@ __all__ = [
     "Controller",
     "ControllerConfig",
     "DemandMeter",
+    "Deployment",
+    "DeploymentError",
+    "Dispatcher",
     "FailureKind",
     "FallbackPlan",
     "HpaParams",
@@ -68,11 +74,15 @@ __all__ = [
     "ScaleContext",
     "ScaleLimits",
     "SchedulerMetrics",
+    "Target",
     "TickReport",
     "TokenDemand",
     "Variant",
     "after_failure",
+    "apply_flags",
     "breaker_outcome",
+    "load_deployment",
     "make_policy",
     "make_router",
+    "parse_deployment",
 ]

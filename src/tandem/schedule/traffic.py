@@ -8,8 +8,9 @@ Not thread-safe: update it from the gateway's event loop (the controller reads p
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.contracts import ReplicaLoad
@@ -19,10 +20,12 @@ __all__ = ["DemandMeter", "InFlight"]
 
 
 class InFlight:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, unreachable_s: float = 5.0) -> None:
+        self.clock = clock
+        self.unreachable_s = unreachable_s  # how long a replica that refused a connection is skipped
         self.running: Counter[str] = Counter()  # replica id -> requests proxied and not finished
         self.buffered: Counter[str] = Counter()  # variant -> requests waiting at the gateway for a replica
-        self.unhealthy: set[str] = set()  # replicas the gateway saw fail to connect since their last success
+        self.unreachable: dict[str, float] = {}  # replica id -> skipped until (the controller probes it meanwhile)
 
     def begin(self, replica_id: str) -> None:
         self.running[replica_id] += 1
@@ -32,8 +35,20 @@ class InFlight:
         if self.running[replica_id] <= 0:
             del self.running[replica_id]
 
+    def mark_unreachable(self, replica_id: str) -> None:
+        self.unreachable[replica_id] = self.clock() + self.unreachable_s
+
+    def reachable(self, replica_id: str) -> bool:
+        until = self.unreachable.get(replica_id)
+        if until is None:
+            return True
+        if self.clock() >= until:
+            del self.unreachable[replica_id]
+            return True
+        return False
+
     def loads(self, replicas: Sequence[Replica]) -> dict[str, ReplicaLoad]:
-        """A load per replica; only READY ones that the gateway has not seen failing are healthy."""
+        """A load per replica; only READY ones the gateway has not just seen refusing are healthy."""
         return {
             r.replica_id: ReplicaLoad(
                 replica_id=r.replica_id,
@@ -42,7 +57,7 @@ class InFlight:
                 running=self.running.get(r.replica_id, 0),
                 waiting=0,
                 kv_used=0.0,
-                healthy=r.state is ReplicaState.READY and r.replica_id not in self.unhealthy,
+                healthy=r.state is ReplicaState.READY and self.reachable(r.replica_id),
             )
             for r in replicas
         }
