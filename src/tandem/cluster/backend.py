@@ -7,7 +7,7 @@ what it is told and reports what it sees. Backends know nothing of policies, rou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
@@ -58,7 +58,6 @@ class Replica:
     url: str = ""  # base URL of its HTTP endpoint ("http://127.0.0.1:PORT"); "" where there is none
     started_at: float = 0.0  # on the backend's clock
     exit_code: int | None = None
-    labels: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def variant(self) -> str:
