@@ -132,6 +132,14 @@ def test_minimal_file_defaults():
             "router.params:",
         ),
         (
+            {
+                "variants": [{"name": "a", "recipe": "b"}, {"name": "c", "recipe": "d", "replicas": {"min": 0}}],
+                "policy": {"name": "kpa"},
+                "fallback": "c",
+            },
+            "variants[1].replicas.min: the fallback must keep a replica warm",
+        ),
+        (
             {"variants": [{"name": "a", "recipe": "b", "profile": {"recipe": "x"}}]},
             "variants[0].profile: not a valid Profile",
         ),

@@ -220,6 +220,9 @@ def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
             raise DeploymentError(f"{field}: no variant is called {name!r} (variants: {', '.join(names)})")
     if spec.fallback is not None and spec.fallback == primary:
         raise DeploymentError(f"fallback: {spec.fallback!r} is the primary variant; a fallback must differ")
+    if spec.fallback is not None and spec.variants[names.index(spec.fallback)].replicas.min < 1:
+        index = names.index(spec.fallback)
+        raise DeploymentError(f"variants[{index}].replicas.min: the fallback must keep a replica warm (min >= 1)")
 
     policy_type = POLICIES[spec.policy.name][1]
     params = _dataclass(policy_type, spec.policy.params, "policy.params")
