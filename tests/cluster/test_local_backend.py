@@ -116,10 +116,12 @@ def test_a_process_that_dies_leaves_the_list():
     backend = world.backend()
     a, b = backend.start(SPEC), backend.start(SPEC)
     world.ready_urls.update({a.url, b.url})
+    assert backend.pid(a.replica_id) == world.processes[a.replica_id].pid
     world.processes[a.replica_id].code = 1  # e.g. the model failed to load, or it was killed
     assert [r.replica_id for r in backend.list()] == [b.replica_id]
     assert backend.health(a.replica_id) is False
     assert backend.exited[-1].replica_id == a.replica_id and backend.exited[-1].exit_code == 1
+    assert backend.pid(a.replica_id) is None
 
 
 def test_spawn_failure_is_a_backend_error():

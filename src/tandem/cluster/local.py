@@ -180,6 +180,12 @@ class LocalBackend:
                 proc.replica = replace(proc.replica, state=ReplicaState.READY)
         return ready
 
+    def pid(self, replica_id: str) -> int | None:
+        """The OS process id of a live replica (fault tests kill it to see what the gateway does)."""
+        with self._lock:
+            proc = self._live.get(replica_id)
+            return proc.handle.pid if proc is not None else None
+
     def close(self) -> None:
         """Stop every replica (SIGTERM now; `list()` later SIGKILLs any that outlive kill_after_s)."""
         for replica in self.list():
