@@ -165,3 +165,20 @@ def test_an_unreachable_replica_is_skipped_for_a_few_seconds():
         dispatcher.succeeded(target)
     clock.advance(dispatcher.inflight.unreachable_s)
     assert first.replica_id in {dispatcher.pick(RouteRequest()).replica_id for _ in range(2)}
+
+
+def test_only_admitted_attempts_count_for_a_half_open_breaker():
+    config = BreakerConfig(consecutive_failures=1, open_s=5, half_open_probes=1, half_open_successes=1)
+    clock, _, dispatcher, _ = fleet(breaker=config)
+    first = dispatcher.pick(RouteRequest())
+    dispatcher.failed([first], FailureKind.SERVER_ERROR, False)
+    clock.advance(5.0)
+    probe = dispatcher.pick(RouteRequest())
+    assert probe.variant == "fast" and probe.counted
+    assert dispatcher.pick(RouteRequest()).variant == "baseline"  # the probe slot is taken: diverted
+    extra = dispatcher.pick(RouteRequest(), variant="fast")  # a retry sent there anyway
+    assert not extra.counted
+    dispatcher.succeeded(extra)
+    assert dispatcher.breakers.mode("fast") is BreakerMode.HALF_OPEN  # an uncounted success closes nothing
+    dispatcher.succeeded(probe)
+    assert dispatcher.breakers.mode("fast") is BreakerMode.CLOSED

@@ -39,6 +39,7 @@ class Target:
     replica_id: str
     url: str
     diverted: bool = False  # the breaker of the weighted choice was open: this is the fallback
+    counted: bool = True  # its breaker admitted it, so its outcome is the breaker's business
 
 
 class Dispatcher:
@@ -74,22 +75,22 @@ class Dispatcher:
     def pick(self, request: RouteRequest, variant: str | None = None) -> Target | None:
         """A replica for this request (in flight from now on), or None when no replica can take it."""
         loads = self.loads()
-        if variant is not None:
-            return self._take(request, variant, loads)
+        if variant is not None:  # a retry: the variant is decided; its breaker only counts it if it admits it
+            return self._take(request, variant, loads, counted=self.breakers.admit(variant))
         chosen = self._weighted(request, loads)
         if chosen is None:
             return None
         fallback = self.plan.fallback
         if self.breakers.admit(chosen):
-            return self._take(request, chosen, loads, probe=True)
+            return self._take(request, chosen, loads, counted=True)
+        self._observe_breaker(chosen)
         if fallback is not None and fallback != chosen and self._has_room(request, fallback, loads):
-            target = self._take(request, fallback, loads)
+            target = self._take(request, fallback, loads, counted=self.breakers.admit(fallback))
             if target is not None:
                 if self.metrics is not None:
                     self.metrics.count_fallback(chosen)
-                self._observe_breaker(chosen)
                 return replace(target, diverted=True)
-        return self._take(request, chosen, loads)  # nowhere to divert: try it rather than refuse
+        return self._take(request, chosen, loads, counted=False)  # nowhere to divert: try it rather than refuse
 
     def _weighted(self, request: RouteRequest, loads: Sequence[ReplicaLoad]) -> str | None:
         weights = {v: w for v, w in self.weights().items() if w > 0}
@@ -107,26 +108,30 @@ class Dispatcher:
     def _has_room(self, request: RouteRequest, variant: str, loads: Sequence[ReplicaLoad]) -> bool:
         return any(load.variant == variant for load in eligible(request, loads))
 
-    def _take(self, request: RouteRequest, variant: str, loads: Sequence[ReplicaLoad], probe: bool = False):
+    def _take(self, request: RouteRequest, variant: str, loads: Sequence[ReplicaLoad], counted: bool):
         choice = self.router.choose(request, [load for load in loads if load.variant == variant])
         if choice is None:
-            if probe:
+            if counted:
                 self.breakers.record(variant, Outcome.ABANDONED)  # release a half-open probe slot
             return None
         url = next((r.url for r in self.backend.list() if r.replica_id == choice.replica_id), "")
         self.inflight.begin(choice.replica_id)
-        return Target(variant, choice.replica_id, url)
+        return Target(variant, choice.replica_id, url, counted=counted)
+
+    def _record(self, target: Target, outcome: Outcome) -> None:
+        if target.counted:
+            self.breakers.record(target.variant, outcome)
+        self._observe_breaker(target.variant)
 
     # --- outcomes ------------------------------------------------------------------------------
     def succeeded(self, target: Target, prompt_tokens: int = 0, output_tokens: int = 0) -> None:
         self.inflight.end(target.replica_id)
-        self.breakers.record(target.variant, Outcome.SUCCESS)
+        self._record(target, Outcome.SUCCESS)
         self.demand.record(target.variant, self.clock(), prompt_tokens, output_tokens)
-        self._observe_breaker(target.variant)
 
     def abandoned(self, target: Target) -> None:
         self.inflight.end(target.replica_id)
-        self.breakers.record(target.variant, Outcome.ABANDONED)
+        self._record(target, Outcome.ABANDONED)
 
     def failed(self, attempts: Sequence[Target], kind: FailureKind, first_byte_sent: bool) -> Decision:
         """Account for the last attempt's failure and say what to do next."""
@@ -135,8 +140,7 @@ class Dispatcher:
         if kind is FailureKind.UNREACHABLE:
             self.inflight.mark_unreachable(last.replica_id)  # skipped a few seconds; the controller probes it
         outcome = breaker_outcome(kind)
-        self.breakers.record(last.variant, outcome if outcome is not None else Outcome.ABANDONED)
-        self._observe_breaker(last.variant)
+        self._record(last, outcome if outcome is not None else Outcome.ABANDONED)
         tried = frozenset(a.replica_id for a in attempts)
         loads = self.loads()
         left = sum(1 for load in eligible(RouteRequest(exclude=tried), loads) if load.variant == last.variant)
