@@ -37,3 +37,12 @@ def test_a_bad_config_file(tmp_path):
 def test_out_of_range_flags_are_usage_errors():
     result = invoke("--port", "70000")
     assert result.exit_code == 2 and "--port" in result.output
+
+
+def test_every_flag_is_also_a_config_file_setting():
+    """--help promises a config file takes the flags' names; keep it true."""
+    from tandem.serve.cli import serve
+    from tandem.serve.config import ServerConfig
+
+    flags = {p.name for p in serve.params if p.name not in ("config_file", "help")}
+    assert flags <= set(ServerConfig.model_fields)

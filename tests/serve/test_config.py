@@ -21,11 +21,11 @@ def test_defaults():
 
 def test_a_yaml_file_is_overridden_by_flags_that_were_given(tmp_path):
     path = tmp_path / "serve.yaml"
-    path.write_text("port: 9000\nmax-num-seqs: 4\nrecipe: bf16\nshutdown_timeout_s: 5\n")
+    path.write_text("port: 9000\nmax-num-seqs: 4\nrecipe: bf16\nshutdown_timeout: 5\n")
     config = build_config(path, {"port": 9100, "recipe": None})
     assert config.port == 9100  # the flag wins
     assert config.recipe == "bf16"  # a flag left at None does not erase the file's value
-    assert config.max_num_seqs == 4 and config.shutdown_timeout_s == 5.0
+    assert config.max_num_seqs == 4 and config.shutdown_timeout == 5.0
 
 
 def test_a_json_file(tmp_path):

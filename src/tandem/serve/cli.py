@@ -48,17 +48,32 @@ def preflight(config: ServerConfig) -> None:
 )
 @click.option("--served-model-name", default=None, help="Name clients send as 'model' (default: the directory's).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None, help="Weights dtype.")
-@click.option("--max-model-len", type=click.IntRange(min=2), default=None, help="Context per sequence.")
-@click.option("--kv-cache-tokens", type=click.IntRange(min=2), default=None, help="KV memory budget in tokens.")
-@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None, help="Sequences running at once.")
-@click.option("--max-queue", type=click.IntRange(min=0), default=None, help="Sequences allowed to wait (then 429).")
-@click.option("--max-body-bytes", type=click.IntRange(min=256), default=None, help="Larger bodies get 413.")
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Context per sequence (default: the model's, at most 2048).",
+)
+@click.option(
+    "--kv-cache-tokens", type=click.IntRange(min=2), default=None, help="KV memory budget in tokens.  [default: 32768]"
+)
+@click.option(
+    "--max-num-seqs", type=click.IntRange(min=1), default=None, help="Sequences running at once.  [default: 64]"
+)
+@click.option(
+    "--max-queue",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Sequences allowed to wait (then 429).  [default: 256]",
+)
+@click.option(
+    "--max-body-bytes", type=click.IntRange(min=256), default=None, help="Larger bodies get 413.  [default: 1048576]"
+)
 @click.option(
     "--shutdown-timeout",
-    "shutdown_timeout_s",
     type=click.FloatRange(min=0),
     default=None,
-    help="Seconds in-flight requests get to finish after SIGTERM.",
+    help="Seconds in-flight requests get to finish after SIGTERM.  [default: 30]",
 )
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: all cores).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)

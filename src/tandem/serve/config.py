@@ -48,7 +48,7 @@ class ServerConfig(BaseModel):
     max_body_bytes: int = Field(1 << 20, ge=256)  # larger request bodies get 413
     max_n: int = Field(16, ge=1)  # upper bound on `n` (choices per prompt)
     retry_after_s: int = Field(1, ge=0)  # the Retry-After header sent with 429
-    shutdown_timeout_s: float = Field(30.0, ge=0)  # on SIGTERM, in-flight requests get this long to finish
+    shutdown_timeout: float = Field(30.0, ge=0)  # on SIGTERM, in-flight requests get this long to finish
 
     # Logging.
     log_level: Literal["debug", "info", "warning", "error"] = "info"

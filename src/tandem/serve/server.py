@@ -1,7 +1,7 @@
 """run_server: uvicorn around the app, with a graceful SIGTERM and the startup banner.
 
 On SIGTERM (or Ctrl-C) the server stops admitting (new requests get 503, the listening socket
-closes), lets in-flight requests finish for up to `shutdown_timeout_s`, cancels what is left
+closes), lets in-flight requests finish for up to `shutdown_timeout`, cancels what is left
 (which aborts those engine requests), stops the engine and exits 0.
 """
 
@@ -119,10 +119,10 @@ def run_server(config: ServerConfig, load: Callable[[], ServedModel] | None = No
         port=config.port,
         log_level=config.log_level,
         access_log=config.access_log,
-        timeout_graceful_shutdown=config.shutdown_timeout_s,
+        timeout_graceful_shutdown=config.shutdown_timeout,
         server_header=False,
     )
-    server = TandemServer(uv_config, app.state.tandem.drain, config.shutdown_timeout_s)
+    server = TandemServer(uv_config, app.state.tandem.drain, config.shutdown_timeout)
     logger.info(
         "tandem serve: loading the model (%s) on %s:%d", config.model or "bundled default", config.host, config.port
     )
