@@ -22,14 +22,14 @@ from tandem.optimize.workload import heldout_texts
 
 
 def code_prompts(tokenizer, count: int, length: int) -> list[list[int]]:
+    """`count` prompts of `length` tokens: consecutive windows of the held-out files."""
     prompts = []
     for text in heldout_texts():
         ids = tokenizer.encode(text)
-        if len(ids) >= length:
-            prompts.append(ids[:length])
-        if len(prompts) == count:
-            return prompts
-    raise SystemExit(f"need {count} held-out texts of {length} tokens")
+        prompts += [ids[i : i + length] for i in range(0, len(ids) - length, length)]
+    if len(prompts) < count:
+        raise SystemExit(f"need {count} held-out windows of {length} tokens, have {len(prompts)}")
+    return prompts[:count]
 
 
 def main() -> None:
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--model", default=None)
+    parser.add_argument("--rounds-prompts", type=int, default=16, help="prompts per batch size (in rounds)")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     prefix = "" if args.base == "baseline" else args.base + "+"
@@ -49,7 +50,7 @@ def main() -> None:
     rows = []
     for recipe in recipes:
         model = load_model(args.model)
-        prompts = code_prompts(model.tokenizer, max(batches), args.prompt_len)
+        prompts = code_prompts(model.tokenizer, max(max(batches), args.rounds_prompts), args.prompt_len)
         engine = Engine(
             apply_recipe(model, recipe),
             EngineConfig(max_model_len=model.config.max_position_embeddings, max_num_seqs=max(batches)),
@@ -57,7 +58,11 @@ def main() -> None:
         decode_rate(engine, prompts[:1], 8)  # warm-up
         for batch in batches:
             drafted, accepted = engine.num_drafted_tokens, engine.num_accepted_tokens
-            rate = decode_rate(engine, prompts[:batch], args.new_tokens)
+            # Small batches run several rounds on different prompts: one prompt's acceptance is
+            # not representative (a repetitive continuation is accepted wholesale).
+            rounds = [prompts[i : i + batch] for i in range(0, args.rounds_prompts, batch)]
+            rates = [decode_rate(engine, group, args.new_tokens) for group in rounds]
+            rate = len(rates) / sum(1 / r for r in rates)  # tokens/s over equal token counts
             drafted, accepted = engine.num_drafted_tokens - drafted, engine.num_accepted_tokens - accepted
             rows.append(
                 dict(

@@ -107,9 +107,12 @@ class DraftModelSpeculator:
 
 @dataclass(frozen=True)
 class Speculative:
-    k: int = 4
+    # Defaults measured on the bundled pair (benchmarks/results/speculative_bundled.json): k=3 gives
+    # 1.87x baseline at batch 1 and 1.19x at 2, breaks even at 4 rows and loses beyond, so
+    # speculation switches off above 3 decoding rows.
+    k: int = 3
     draft: str | None = None  # draft model directory; default: the bundled draft
-    max_batch: int = 4
+    max_batch: int = 3
     name: str = "speculative"
     version: str = "1.0"
     description: str = "draft-model speculative decoding, verified in one batched target forward (lossless)"

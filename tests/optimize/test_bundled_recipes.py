@@ -1,0 +1,87 @@
+"""The issue's bars on the bundled model: speculative and n-gram greedy output token-identical to
+baseline on 50 held-out prompts in continuous batching; int8 perplexity within 2% and top-1
+agreement at least 95%."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tandem.engine import Engine, EngineConfig, SamplingParams
+from tandem.model import default_model_dir, load_model
+from tandem.optimize import apply_recipe
+from tandem.zoo.evaluate import model_score
+
+MODELS = Path(__file__).parents[2] / "models"
+SAMPLE = MODELS / "tandem-code-heldout-sample.json"
+
+
+@pytest.fixture(scope="module")
+def heldout_ids():
+    tokenizer = load_model(default_model_dir()).tokenizer
+    texts = [f["text"] for f in json.loads(SAMPLE.read_text())["files"]]
+    return [tokenizer.encode(t) for t in texts]
+
+
+@pytest.fixture(scope="module")
+def prompts(heldout_ids):
+    """50 prompts of mixed lengths cut from held-out files, each with its own output length."""
+    out = []
+    i = 0
+    while len(out) < 50:
+        ids = heldout_ids[i % len(heldout_ids)]
+        length = 8 + (17 * len(out)) % 120
+        start = (31 * len(out)) % max(1, len(ids) - length)
+        if len(ids) > length:
+            out.append((ids[start : start + length], 4 + (7 * len(out)) % 29))
+        i += 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def baseline_outputs(prompts):
+    engine = Engine(load_model(), EngineConfig(max_num_seqs=16))
+    params = [SamplingParams.greedy_params(n, ignore_eos=True) for _, n in prompts]
+    return [o.token_ids for o in engine.generate([p for p, _ in prompts], params)]
+
+
+@pytest.mark.parametrize("recipe", ["speculative(k=4, max_batch=16)", "ngram(k=4, max_batch=16)"])
+def test_speculative_recipes_are_token_identical_to_baseline(recipe, prompts, baseline_outputs):
+    engine = Engine(apply_recipe(load_model(), recipe), EngineConfig(max_num_seqs=16))
+    final, submitted, step = {}, 0, 0
+    while len(final) < len(prompts):
+        # Arrivals spread over the run: sequences join and leave batches of changing size.
+        for _ in range(2 if step % 2 == 0 else 0):
+            if submitted < len(prompts):
+                prompt, n = prompts[submitted]
+                engine.add_request(prompt, SamplingParams.greedy_params(n, ignore_eos=True), str(submitted))
+                submitted += 1
+        for out in engine.step():
+            if out.finished:
+                final[int(out.request_id)] = out.token_ids
+        step += 1
+    outputs = [final[i] for i in range(len(prompts))]
+    mismatched = [i for i, (a, b) in enumerate(zip(outputs, baseline_outputs, strict=True)) if a != b]
+    assert not mismatched, f"{len(mismatched)} of 50 differ, first: {mismatched[:5]}"
+    assert engine.num_accepted_tokens > 0.2 * engine.num_drafted_tokens
+
+
+def windows(heldout_ids, length=256):
+    return [torch.tensor(ids[i : i + length]) for ids in heldout_ids for i in range(0, len(ids) - 32, length)]
+
+
+def test_int8_perplexity_and_agreement(heldout_ids):
+    base = load_model()
+    quantized = apply_recipe(load_model(), "int8").model
+    wins = windows(heldout_ids)[:40]
+    base_score, int8_score = model_score(base.module, wins), model_score(quantized.module, wins)
+    assert int8_score.perplexity <= 1.02 * base_score.perplexity, (int8_score.perplexity, base_score.perplexity)
+    agree = total = 0
+    with torch.no_grad():
+        for w in wins:
+            a = base.module.logits(base.module(w[None]))[0].argmax(-1)
+            b = quantized.module.logits(quantized.module(w[None]))[0].argmax(-1)
+            agree += int((a == b).sum())
+            total += len(w)
+    assert agree / total >= 0.95, agree / total
