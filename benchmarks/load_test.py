@@ -233,6 +233,8 @@ def main() -> None:
         "model_path": served.get("root"),
         "recipe": served["recipe"],
         "max_model_len": served.get("max_model_len"),
+        "server_threads": args.threads,  # None: the engine's default (all cores)
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "MKL_"))},
         "clients": args.clients,
         "requests_per_client": args.requests_per_client,
         "max_tokens": args.max_tokens,
