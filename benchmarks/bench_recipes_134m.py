@@ -18,7 +18,7 @@ from tandem.model import load_model
 from tandem.optimize import apply_recipe
 from tandem.optimize.profile import decode_rate, synthetic_prompt
 
-RECIPES = ["baseline", "bf16", "int8", "int8(lm_head=True)"]
+RECIPES = ["baseline", "bf16", "int8(lm_head=false)", "int8"]
 
 
 def main() -> None:

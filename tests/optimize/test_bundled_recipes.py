@@ -71,9 +71,12 @@ def windows(heldout_ids, length=256):
     return [torch.tensor(ids[i : i + length]) for ids in heldout_ids for i in range(0, len(ids) - 32, length)]
 
 
+RECIPE = "int8"  # LM head included
+
+
 def test_int8_perplexity_and_agreement(heldout_ids):
     base = load_model()
-    quantized = apply_recipe(load_model(), "int8").model
+    quantized = apply_recipe(load_model(), RECIPE).model
     wins = windows(heldout_ids)[:40]
     base_score, int8_score = model_score(base.module, wins), model_score(quantized.module, wins)
     assert int8_score.perplexity <= 1.02 * base_score.perplexity, (int8_score.perplexity, base_score.perplexity)

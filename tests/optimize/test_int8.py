@@ -8,17 +8,18 @@ from tandem.optimize import apply_recipe
 from tandem.optimize.int8 import Int8Linear
 
 
-def test_quantizes_every_linear_but_the_head_and_leaves_the_input_untouched(tiny_llama_dir):
+def test_quantizes_the_linears_and_leaves_the_input_untouched(tiny_llama_dir):
     model = load_model(tiny_llama_dir)
-    optimized = apply_recipe(model, "int8")
+    optimized = apply_recipe(model, "int8(lm_head=False)")
     module = optimized.model.module
     assert isinstance(module.layers[0].self_attn.qkv_proj, Int8Linear)
     assert isinstance(module.layers[1].mlp.down_proj, Int8Linear)
     assert type(module.lm_head) is torch.nn.Linear
     assert type(model.module.layers[0].self_attn.qkv_proj) is torch.nn.Linear  # a copy was quantized
     assert optimized.model.weight_bytes < 0.6 * model.weight_bytes
-    headed = apply_recipe(load_model(tiny_llama_dir), "int8(lm_head=True)")
+    headed = apply_recipe(load_model(tiny_llama_dir), "int8")  # the head is quantized by default
     assert isinstance(headed.model.module.lm_head, Int8Linear)
+    assert type(headed.model.module.embed_tokens) is torch.nn.Embedding
 
 
 def test_int8_logits_are_close_to_fp32(tiny_llama_dir):

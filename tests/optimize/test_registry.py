@@ -20,6 +20,8 @@ def test_parse_recipe_with_parameters():
     assert steps == [RecipeStep("int8"), RecipeStep("speculative", (("k", 4), ("draft", "models/x")))]
     assert str(steps[1]) == "speculative(k=4, draft=models/x)"
     assert parse_recipe(" ngram ( k = 3 ) ") == [RecipeStep("ngram", (("k", 3),))]
+    assert parse_recipe("int8(lm_head=false)") == [RecipeStep("int8", (("lm_head", False),))]
+    assert parse_recipe("int8(lm_head=True)") == [RecipeStep("int8", (("lm_head", True),))]
 
 
 @pytest.mark.parametrize(

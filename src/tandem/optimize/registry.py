@@ -137,6 +137,9 @@ def _parse_params(name: str, text: str) -> tuple[tuple[str, Any], ...]:
         if not sep or not key.isidentifier():
             raise RecipeError(f"recipe step {name!r}: parameter {part!r} must be key=value")
         value = value.strip()
+        if value.lower() in ("true", "false"):  # recipes are typed on command lines: accept any case
+            params.append((key, value.lower() == "true"))
+            continue
         try:
             parsed = ast.literal_eval(value)
         except (ValueError, SyntaxError):
