@@ -20,7 +20,7 @@ test: lint
 	$(BIN)/pytest -q
 
 run:
-	$(BIN)/tandem generate --prompt "def fibonacci(n):" --max-tokens 96
+	$(BIN)/tandem serve
 
 bench:
 	$(BIN)/python benchmarks/bench_decode.py
