@@ -41,8 +41,9 @@ def test_out_of_range_flags_are_usage_errors():
 
 def test_every_flag_is_also_a_config_file_setting():
     """--help promises a config file takes the flags' names; keep it true."""
-    from tandem.serve.cli import serve
+    from tandem.serve.cli import GATEWAY_FLAGS, serve
     from tandem.serve.config import ServerConfig
 
-    flags = {p.name for p in serve.params if p.name not in ("config_file", "help")}
+    # Gateway flags configure the deployment (its own file, --deployment), not the server.
+    flags = {p.name for p in serve.params if p.name not in ("config_file", "help", *GATEWAY_FLAGS)}
     assert flags <= set(ServerConfig.model_fields)

@@ -11,6 +11,9 @@ from tandem.serve.config import ConfigError, ServerConfig, build_config
 
 __all__ = ["serve", "preflight"]
 
+# Flags that switch `tandem serve` into gateway mode; they configure the deployment, not ServerConfig.
+GATEWAY_FLAGS = ("deployment", "replicas_min", "replicas_max", "policy", "fallback", "regions")
+
 
 def preflight(config: ServerConfig) -> None:
     """Cheap checks before the server starts, so a typo is a one-line error, not a failed load later."""
@@ -78,12 +81,24 @@ def preflight(config: ServerConfig) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: all cores).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 @click.option("--access-log/--no-access-log", default=None, help="Log one line per request.")
+# Gateway mode (any of these): a router and an autoscaler in front of local replicas (tandem.serve.gateway).
+@click.option("--deployment", type=click.Path(), default=None, help="Gateway: deployment file (YAML) of variants.")
+@click.option("--replicas-min", type=click.IntRange(min=0), default=None, help="Gateway: fewest primary replicas.")
+@click.option("--replicas-max", type=click.IntRange(min=1), default=None, help="Gateway: most primary replicas.")
+@click.option("--policy", type=click.Choice(["hpa", "kpa", "capacity"]), default=None, help="Gateway: autoscaler.")
+@click.option("--fallback", default=None, help="Gateway: recipe (or variant) that re-runs failed requests.")
+@click.option("--regions", default=None, help="Gateway: comma-separated regions to place replicas in.")
 def serve(config_file: str | None, **flags) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics)."""
+    gateway = {name: flags.pop(name) for name in GATEWAY_FLAGS}
     try:
         config = build_config(config_file, flags)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    if any(value is not None for value in gateway.values()):
+        from tandem.serve.gateway import serve_gateway
+
+        sys.exit(serve_gateway(config, gateway.pop("deployment"), **gateway))
     preflight(config)
     from tandem.serve.server import run_server
 
