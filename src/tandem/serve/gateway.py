@@ -19,11 +19,14 @@ the primary variant has a ready replica.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
+import signal
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -301,6 +304,13 @@ async def _any_ready(gw: Gateway, path: str, request: Request) -> Response:
     return _error(503, "no replica is ready yet", "no_replica")
 
 
+def _wait_for_replicas(backend: Backend, poll_s: float = 0.1) -> None:
+    """Until every stopped replica has exited (a LocalBackend SIGKILLs stragglers after its grace)."""
+    limit = time.monotonic() + getattr(backend, "kill_after_s", 0.0) + 5.0
+    while getattr(backend, "stopping", None) and time.monotonic() < limit:
+        time.sleep(poll_s)
+
+
 # --- the app --------------------------------------------------------------------------------------
 def create_gateway_app(gw: Gateway, *, api_key: str | None = None) -> FastAPI:
     @asynccontextmanager
@@ -333,6 +343,7 @@ def create_gateway_app(gw: Gateway, *, api_key: str | None = None) -> FastAPI:
             close = getattr(gw.backend, "close", None)
             if close is not None:
                 close()
+            await asyncio.to_thread(_wait_for_replicas, gw.backend)
             await gw.client.aclose()
 
     app = FastAPI(title="tandem gateway", lifespan=lifespan)
@@ -390,7 +401,23 @@ def run_gateway(gw: Gateway, host: str, port: int, *, api_key: str | None = None
         host, port, names, gw.deployment.primary, gw.deployment.fallback, gw.deployment.policy_name,
     )  # fmt: skip
     app = create_gateway_app(gw, api_key=api_key)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, server_header=False)).run()
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            # uvicorn re-raises the signal after shutting down (the process dies "killed by
+            # SIGTERM"); a gateway that stopped its replicas cleanly exits 0 instead (as run_server).
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in originals.items():
+                    signal.signal(sig, handler)
+
+    Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, server_header=False)).run()
     return 0
 
 
