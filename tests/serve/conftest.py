@@ -34,7 +34,18 @@ def tokenizer(serve_model_dir) -> Tokenizer:
 
 
 def server_args(model_dir: Path, *extra: str) -> list[str]:
-    return ["--model", str(model_dir), "--served-model-name", MODEL_NAME, "--threads", "1", *extra]
+    # The recipe is pinned: the default follows the latest bench, and the tests assert its label.
+    return [
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        MODEL_NAME,
+        "--recipe",
+        "baseline",
+        "--threads",
+        "1",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="session")
