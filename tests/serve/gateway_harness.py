@@ -88,6 +88,10 @@ class RunningGateway:
         except AssertionError:
             raise AssertionError(f"{variant} not ready:\n{self.logs()}") from None
 
+    def settled(self) -> None:
+        """No request is left counted in flight (each attempt was reported exactly once)."""
+        wait_for(lambda: not self.gw.inflight.running, 10, f"in-flight counts to settle: {self.gw.inflight.running}")
+
     def metrics(self) -> str:
         return httpx.get(self.url + "/metrics", timeout=10).text
 

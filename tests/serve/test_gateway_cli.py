@@ -88,6 +88,7 @@ def _processes_mentioning(text: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_tandem_serve_in_gateway_mode_serves_the_same_api_and_stops_its_replicas(serve_model_dir, tmp_path):
     args = ["--model", str(serve_model_dir), "--served-model-name", MODEL_NAME, "--threads", "1"]
     args += ["--recipe", "int8", "--replicas-min", "1", "--replicas-max", "2", "--policy", "hpa"]

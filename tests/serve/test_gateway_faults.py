@@ -14,6 +14,7 @@ import signal
 import threading
 
 import httpx
+import pytest
 
 from tandem.schedule.rollout import Phase
 from tandem.schedule.variant import Variant
@@ -47,6 +48,7 @@ class FaultyTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+@pytest.mark.slow
 def test_injected_failures_fall_back_with_no_client_error_and_the_breaker_recovers(serve_model_dir, tmp_path):
     transport = FaultyTransport(rate=0.2)
     raw = {
@@ -85,10 +87,19 @@ def test_injected_failures_fall_back_with_no_client_error_and_the_breaker_recove
             after = quiet.stop()
         assert after.failures == [] and after.ok >= 2
         assert gw.gw.counts["errors"] == 0
+        gw.settled()
+
+        # A client that leaves mid-stream: the attempt is abandoned, the replica's request ends.
+        body = {"model": "tiny", "prompt": "Once", "max_tokens": 400, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            next(r.iter_raw())
+        gw.settled()
     finally:
         gw.stop()
 
 
+@pytest.mark.slow
 def test_a_killed_replica_loses_no_request_that_had_not_started_streaming(serve_model_dir, tmp_path):
     raw = {
         "model": str(serve_model_dir),
@@ -121,6 +132,7 @@ def test_a_killed_replica_loses_no_request_that_had_not_started_streaming(serve_
         gw.stop()
 
 
+@pytest.mark.slow
 def test_a_rollout_under_load_fails_no_request(serve_model_dir, tmp_path):
     raw = {
         "model": str(serve_model_dir),
@@ -145,6 +157,7 @@ def test_a_rollout_under_load_fails_no_request(serve_model_dir, tmp_path):
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
         assert gw.gw.controller.primary == "new"
+        gw.settled()
         assert all(r.exit_code == 0 for r in gw.backend.exited if r.variant == "fast")
         assert httpx.get(gw.url + "/ready", timeout=10).status_code == 200
     finally:

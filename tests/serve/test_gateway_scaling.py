@@ -41,6 +41,7 @@ def test_a_burst_scales_up_and_back_down_with_no_failed_request(serve_model_dir,
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
         assert outcomes.ok >= 8
+        gw.settled()
 
         def back_to_one() -> bool:
             fleet = gw.backend.list()

@@ -104,7 +104,7 @@ class Gateway:
     metrics: SchedulerMetrics
     transport: httpx.AsyncBaseTransport | None = None
     buffer_timeout_s: float = 60.0
-    read_timeout_s: float = 120.0
+    read_timeout_s: float = 300.0
     clock: Callable[[], float] = time.monotonic
     client: httpx.AsyncClient | None = None
     failed_ticks: int = 0
@@ -127,7 +127,7 @@ def build_gateway(
     clock: Callable[[], float] = time.monotonic,
     transport: httpx.AsyncBaseTransport | None = None,
     buffer_timeout_s: float = 60.0,
-    read_timeout_s: float = 120.0,
+    read_timeout_s: float = 300.0,
     registry: CollectorRegistry | None = None,
 ) -> Gateway:
     """Wire the scheduling layer: backend, in-flight counts, demand, metrics, controller, dispatcher."""
@@ -187,34 +187,58 @@ async def _acquire(gw: Gateway, route: RouteRequest) -> Target | None:
             del gw.inflight.buffered[variant]
 
 
-async def _relay(
-    gw: Gateway, upstream: httpx.Response, first: bytes, chunks: AsyncIterator[bytes], attempts: list[Target],
-    prompt_tokens: int,
-) -> AsyncIterator[bytes]:  # fmt: skip
-    """The rest of a stream whose first chunk already came; a failure now ends it with an error event."""
-    target = attempts[-1]
-    events = first.count(b"data:")
-    done = False
-    try:
-        yield first
+class _Relay:
+    """The rest of a stream whose first chunk already came; a failure now ends it with an error event.
+
+    Exactly one of succeeded / failed / abandoned is reported per attempt, and the upstream is
+    closed, however the stream ends: `_RelayResponse` settles it even when the client left before
+    the body was ever iterated (an async generator that never started runs no `finally`).
+    """
+
+    def __init__(
+        self, gw: Gateway, upstream: httpx.Response, first: bytes, chunks: AsyncIterator[bytes],
+        attempts: list[Target], prompt_tokens: int,
+    ) -> None:  # fmt: skip
+        self.gw, self.upstream, self.first, self.chunks = gw, upstream, first, chunks
+        self.attempts, self.prompt_tokens = attempts, prompt_tokens
+        self.settled = False
+
+    async def body(self) -> AsyncIterator[bytes]:
+        gw, target = self.gw, self.attempts[-1]
+        events = self.first.count(b"data:")
+        yield self.first
         try:
-            async for chunk in chunks:
+            async for chunk in self.chunks:
                 events += chunk.count(b"data:")
                 yield chunk
         except httpx.HTTPError as exc:
-            done = True
-            decision = gw.dispatcher.failed(attempts, _failure_kind(exc), first_byte_sent=True)
+            self.settled = True
+            decision = gw.dispatcher.failed(self.attempts, _failure_kind(exc), first_byte_sent=True)
             gw.counts["errors"] += 1
             logger.warning("stream from %s broke mid-way: %s", target.replica_id, exc)
             if isinstance(decision, ErrorEvent):
                 yield decision.sse().encode()
             return
-        done = True
-        gw.dispatcher.succeeded(target, prompt_tokens, max(events - 1, 0))  # minus the [DONE] event
-    finally:
-        if not done:  # the client went away (the generator was closed or cancelled)
-            gw.dispatcher.abandoned(target)
-        await upstream.aclose()
+        self.settled = True
+        gw.dispatcher.succeeded(target, self.prompt_tokens, max(events - 1, 0))  # minus the [DONE] event
+
+    async def close(self) -> None:
+        if not self.settled:  # the client went away
+            self.settled = True
+            self.gw.dispatcher.abandoned(self.attempts[-1])
+        await self.upstream.aclose()
+
+
+class _RelayResponse(StreamingResponse):
+    def __init__(self, relay: _Relay, status_code: int, headers: dict[str, str]) -> None:
+        super().__init__(relay.body(), status_code=status_code, headers=headers)
+        self.relay = relay
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.relay.close()
 
 
 async def proxy(gw: Gateway, request: Request, path: str) -> Response:
@@ -245,16 +269,13 @@ async def proxy(gw: Gateway, request: Request, path: str) -> Response:
             )
             kind = classify_status(upstream.status_code)
             if kind is None and stream:
-                chunks = upstream.aiter_raw()
+                chunks = upstream.aiter_bytes()
                 first = b""
                 while not first:  # the first bytes, before committing our own 200
                     first = await chunks.__anext__()
                 out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
-                return StreamingResponse(
-                    _relay(gw, upstream, first, chunks, attempts, prompt_tokens),
-                    status_code=upstream.status_code,
-                    headers=out_headers,
-                )
+                relay = _Relay(gw, upstream, first, chunks, attempts, prompt_tokens)
+                return _RelayResponse(relay, upstream.status_code, out_headers)
             content = await upstream.aread()
             await upstream.aclose()
         except (httpx.HTTPError, StopAsyncIteration) as exc:
