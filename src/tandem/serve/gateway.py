@@ -410,12 +410,15 @@ def create_gateway_app(gw: Gateway, *, api_key: str | None = None) -> FastAPI:
     return app
 
 
-def run_gateway(gw: Gateway, host: str, port: int, *, api_key: str | None = None, log_level: str = "info") -> int:
+def run_gateway(
+    gw: Gateway, host: str, port: int, *, api_key: str | None = None, log_level: str = "info", access_log: bool = False
+) -> int:
     """Serve the gateway until SIGTERM/SIGINT; the replicas are stopped on the way out."""
     import uvicorn
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("tandem").setLevel(log_level.upper())
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per probe and per proxied request
     names = ", ".join(f"{p.variant.name} ({p.variant.recipe})" for p in gw.deployment.plans)
     logger.info(
         "tandem gateway on http://%s:%d: variants %s; primary %s, fallback %s, policy %s",
@@ -438,7 +441,9 @@ def run_gateway(gw: Gateway, host: str, port: int, *, api_key: str | None = None
                 for sig, handler in originals.items():
                     signal.signal(sig, handler)
 
-    Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, server_header=False)).run()
+    Server(
+        uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log, server_header=False)
+    ).run()
     return 0
 
 
@@ -563,4 +568,6 @@ def serve_gateway(config: Any, file: str | None, **flags: Any) -> int:
     except (DeploymentError, RecipeError) as exc:
         raise click.ClickException(str(exc)) from None
     gw = build_gateway(deployment)
-    return run_gateway(gw, config.host, config.port, api_key=config.api_key, log_level=config.log_level)
+    return run_gateway(
+        gw, config.host, config.port, api_key=config.api_key, log_level=config.log_level, access_log=config.access_log
+    )
