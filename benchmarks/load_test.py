@@ -6,7 +6,7 @@ request's time to first token, time per output token and errors. Bounded in coun
 requests) and in time (--deadline). Writes benchmarks/results/load_test.json with the command.
 
     .venv/bin/python benchmarks/load_test.py                       # bundled model, default recipe
-    .venv/bin/python benchmarks/load_test.py --model DIR --clients 64 --requests-per-client 2
+    .venv/bin/python benchmarks/load_test.py --recipe baseline --recipe int8+ngram --threads 1
 """
 
 from __future__ import annotations
@@ -177,83 +177,98 @@ def start_server(serve_args: list[str], log_path: Path, timeout_s: float = 300.0
     raise SystemExit(f"the server was not ready within {timeout_s} s; its log: {log_path}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", help="target a running server instead of starting one")
-    parser.add_argument("--model", help="model directory (default: the bundled model)")
-    parser.add_argument("--recipe", help="recipe (default: the server's default)")
-    parser.add_argument("--threads", type=int, help="the server's torch threads (default: all cores)")
-    parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--requests-per-client", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--deadline", type=float, default=900.0, help="give up after this many seconds")
-    parser.add_argument("--out", type=Path, default=RESULTS / "load_test.json")
-    args = parser.parse_args()
-    if args.clients < 1 or args.requests_per_client < 1:
-        parser.error("--clients and --requests-per-client must be at least 1")
-
-    proc, log_path = None, Path(tempfile.mkdtemp(prefix="tandem-load-")) / "server.log"
-    url = args.url
-    if url is None:
-        serve_args = []
-        if args.model:
-            serve_args += ["--model", args.model]
-        if args.recipe:
-            serve_args += ["--recipe", args.recipe]
-        if args.threads:
-            serve_args += ["--threads", str(args.threads)]
-        # Every client's sequence gets a KV slot at once (none waits in the queue).
-        serve_args += ["--max-num-seqs", str(args.clients)]
-        proc, url = start_server(serve_args, log_path)
-    try:
-        served = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]
-        print(
-            f"{args.clients} clients x {args.requests_per_client} streaming requests, {args.max_tokens} tokens "
-            f"each, against {served['id']} ({served['recipe']}) at {url}",
-            file=sys.stderr,
+def measure(url: str, args: argparse.Namespace) -> dict:
+    """One load run against the server at `url`: its model, recipe, summary and every request."""
+    served = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]
+    print(
+        f"{args.clients} clients x {args.requests_per_client} streaming requests, {args.max_tokens} tokens "
+        f"each, against {served['id']} ({served['recipe']}) at {url}",
+        file=sys.stderr,
+    )
+    started = time.perf_counter()
+    records = asyncio.run(
+        asyncio.wait_for(
+            run_clients(url, args.clients, args.requests_per_client, args.max_tokens, served["id"]),
+            timeout=args.deadline,
         )
-        started = time.perf_counter()
-        records = asyncio.run(
-            asyncio.wait_for(
-                run_clients(url, args.clients, args.requests_per_client, args.max_tokens, served["id"]),
-                timeout=args.deadline,
-            )
+    )
+    summary = summarize(records, time.perf_counter() - started)
+    s = summary
+    line = f"  {served['recipe']}: {s['requests']} requests, {s['errors']} errors, {s['output_tokens_per_s']:.0f} tok/s"
+    if s["ttft_s"] and s["tpot_s"]:
+        line += (
+            f", TTFT p50 {s['ttft_s']['p50'] * 1e3:.0f} ms p99 {s['ttft_s']['p99'] * 1e3:.0f} ms"
+            f", TPOT p50 {s['tpot_s']['p50'] * 1e3:.1f} ms p99 {s['tpot_s']['p99'] * 1e3:.1f} ms"
         )
-        wall = time.perf_counter() - started
-    finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-    summary = summarize(records, wall)
-    result = {
-        "command": shlex.join([".venv/bin/python", *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+    print(line, file=sys.stderr)
+    return {
         "model": served["id"],
         "model_path": served.get("root"),
         "recipe": served["recipe"],
         "max_model_len": served.get("max_model_len"),
+        "summary": summary,
+        "requests": [asdict(r) | {"tpot_s": r.tpot_s} for r in records],
+    }
+
+
+def serve_args(args: argparse.Namespace, recipe: str | None) -> list[str]:
+    argv = ["--model", args.model] if args.model else []
+    argv += ["--recipe", recipe] if recipe else []
+    argv += ["--threads", str(args.threads)] if args.threads else []
+    # Every client's sequence may hold a KV slot at once (the model's context permitting).
+    return [*argv, "--max-num-seqs", str(args.clients)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="target a running server instead of starting one")
+    parser.add_argument("--model", help="model directory (default: the bundled model)")
+    parser.add_argument(
+        "--recipe", action="append", help="recipe; repeat to measure several one after another (default: the server's)"
+    )
+    parser.add_argument("--threads", type=int, help="the server's torch threads (default: all cores)")
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--requests-per-client", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--deadline", type=float, default=900.0, help="give up a run after this many seconds")
+    parser.add_argument("--out", type=Path, default=RESULTS / "load_test.json")
+    args = parser.parse_args()
+    if args.clients < 1 or args.requests_per_client < 1:
+        parser.error("--clients and --requests-per-client must be at least 1")
+    if args.url and args.recipe:
+        parser.error("--recipe starts servers; with --url the running server's recipe is measured")
+
+    runs = []
+    if args.url:
+        runs.append(measure(args.url, args))
+    for recipe in args.recipe or ([None] if not args.url else []):
+        log_path = Path(tempfile.mkdtemp(prefix="tandem-load-")) / "server.log"
+        proc, url = start_server(serve_args(args, recipe), log_path)
+        try:
+            run = measure(url, args)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            exit_code = proc.wait(60)
+        runs.append(run | {"server_exit_code": exit_code})
+    result = {
+        "command": shlex.join([".venv/bin/python", *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "server_threads": args.threads,  # None: the engine's default (all cores)
         "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "MKL_"))},
         "clients": args.clients,
         "requests_per_client": args.requests_per_client,
         "max_tokens": args.max_tokens,
         "sampling": {"temperature": 0.8, "ignore_eos": True, "stream": True},
-        "server_exit_code": None if proc is None else proc.returncode,
-        "summary": summary,
-        "requests": [asdict(r) | {"tpot_s": r.tpot_s} for r in records],
+        "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    s = summary
-    print(json.dumps({k: s[k] for k in ("requests", "errors", "output_tokens_per_s", "requests_per_s")}))
-    if s["ttft_s"] and s["tpot_s"]:
-        print(
-            f"TTFT p50 {s['ttft_s']['p50'] * 1e3:.0f} ms, p99 {s['ttft_s']['p99'] * 1e3:.0f} ms; "
-            f"TPOT p50 {s['tpot_s']['p50'] * 1e3:.1f} ms, p99 {s['tpot_s']['p99'] * 1e3:.1f} ms -> {args.out}"
-        )
-    if s["errors"]:
-        raise SystemExit(f"{s['errors']} request(s) failed, e.g. {s['error_samples']}")
+    print(f"-> {args.out}", file=sys.stderr)
+    errors = sum(run["summary"]["errors"] for run in runs)
+    if errors:
+        samples = [e for run in runs for e in run["summary"]["error_samples"]]
+        raise SystemExit(f"{errors} request(s) failed, e.g. {samples[:3]}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ must end with [DONE] and carry no server error.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -82,9 +83,11 @@ CHAT_BODY = bodies(
 )
 
 
-@pytest.fixture(scope="module")
-def client(tiny_llama_dir):
+@pytest.fixture(scope="module", params=["baseline", "int8+ngram"])
+def client(request, tiny_llama_dir):
+    """The plain path, and a quantized speculative one (several tokens per engine step)."""
     config = ServerConfig(
+        recipe=request.param,
         model=str(tiny_llama_dir),
         served_model_name="tiny",
         max_model_len=48,
@@ -97,7 +100,7 @@ def client(tiny_llama_dir):
         for _ in range(600):
             if test_client.get("/ready").status_code == 200:
                 break
-            __import__("time").sleep(0.05)
+            time.sleep(0.05)
         yield test_client
 
 
