@@ -40,3 +40,19 @@ def test_int8_runs_in_the_engine_with_speculation(tiny_llama_dir, tiny_draft_dir
     spec = Engine(optimized, EngineConfig(max_model_len=128))
     params = SamplingParams.greedy_params(20, ignore_eos=True)
     assert spec.generate([[0, 5, 6, 7]], params)[0].token_ids == plain.generate([[0, 5, 6, 7]], params)[0].token_ids
+
+
+def test_int8_rows_do_not_depend_on_the_rest_of_the_batch(tiny_llama_dir):
+    """Continuous batching must not change a request's greedy output, so each row is exact alone."""
+    layer = Int8Linear(torch.nn.Linear(64, 32))
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0))
+    x[3] *= 100  # a row with a much larger range must not coarsen the others' quantization
+    together = layer(x)
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(5)])
+    assert torch.equal(together, alone)
+    optimized = apply_recipe(load_model(tiny_llama_dir), "int8")
+    engine = Engine(optimized, EngineConfig(max_model_len=128, kv_cache_tokens=128 * 8))
+    prompts = [[0, *range(5, 5 + n)] for n in (3, 30, 11, 60, 7)]
+    params = SamplingParams.greedy_params(24, ignore_eos=True)
+    solo = [engine.generate([p], params)[0].token_ids for p in prompts]
+    assert [o.token_ids for o in engine.generate(prompts, params)] == solo

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tandem.contracts import Profile
 from tandem.schedule.deployment import DeploymentError
 from tandem.serve.cli import serve
-from tandem.serve.gateway import cached_profile, deployment_from_flags
+from tandem.serve.gateway_cli import cached_profile, deployment_from_flags
 
 from .gateway_harness import MODEL_NAME, metric
 from .server_process import ServerProcess

@@ -1,7 +1,8 @@
 """`int8`: 8-bit weights with per-output-channel scales on the transformer's Linear layers.
 
-Runs through fbgemm's dynamic W8A8 kernel: each activation row is quantized to 8 bits on the fly,
-multiplied against the int8 weights with int32 accumulation, and rescaled to float. Decode reads a
+Runs through fbgemm's dynamic W8A8 kernel: each activation row is quantized to 8 bits on the fly
+(on its own scale: results do not depend on the rest of the batch), multiplied against the int8
+weights with int32 accumulation, and rescaled to float. Decode reads a
 quarter of the fp32 weight bytes, which is what a memory-bound decode step is paid by.
 
 What stays in higher precision, and why:
@@ -39,16 +40,29 @@ class Int8Linear(nn.Module):
         with warnings.catch_warnings():  # torch marks quantized tensors deprecated; fbgemm still ships
             warnings.simplefilter("ignore")
             qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
-            bias = None if linear.bias is None else linear.bias.detach().float()
-            self._packed = torch.ops.quantized.linear_prepack(qweight, bias)
+            self._packed = torch.ops.quantized.linear_prepack(qweight, None)
+        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+        # A constant extra row pinning the dynamic range to [-1, 1]; see forward.
+        self.range_row = torch.zeros(1, self.in_features)
+        self.range_row[0, 0], self.range_row[0, -1] = 1.0, -1.0
         self.weight_bytes = self.out_features * self.in_features + self.out_features * 8
-        if bias is not None:
-            self.weight_bytes += bias.numel() * 4
+        if self.bias is not None:
+            self.weight_bytes += self.bias.numel() * 4
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        out = torch.ops.quantized.linear_dynamic(x.float(), self._packed, reduce_range=False)
-        return out if dtype == torch.float32 else out.to(dtype)
+        # fbgemm quantizes activations with one range per call, so a row's result would depend on
+        # the other rows in the batch (continuous batching would change greedy output). Each row is
+        # scaled to max |x| = 1 and a fixed row spans [-1, 1]: every row is quantized on the same
+        # grid whatever the batch, the int32 accumulation is exact, and the row's scale is
+        # multiplied back afterwards (the layer is linear). Batch-invariant, per-row precision.
+        flat = x.reshape(-1, self.in_features).float()
+        scale = flat.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
+        rows = torch.cat([flat / scale, self.range_row])
+        out = torch.ops.quantized.linear_dynamic(rows, self._packed, reduce_range=False)[:-1] * scale
+        if self.bias is not None:
+            out = out + self.bias
+        out = out.view(*x.shape[:-1], self.out_features)
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"

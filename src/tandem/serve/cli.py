@@ -96,7 +96,7 @@ def serve(config_file: str | None, **flags) -> None:
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     if any(value is not None for value in gateway.values()):
-        from tandem.serve.gateway import serve_gateway
+        from tandem.serve.gateway_cli import serve_gateway
 
         sys.exit(serve_gateway(config, gateway.pop("deployment"), **gateway))
     preflight(config)

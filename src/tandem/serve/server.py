@@ -23,12 +23,29 @@ from tandem.serve.app import create_app
 from tandem.serve.config import ServerConfig
 from tandem.serve.served import ServedModel, load_served_model
 
-__all__ = ["run_server", "startup_banner", "TandemServer", "client_host"]
+__all__ = ["run_server", "startup_banner", "TandemServer", "ExitZeroServer", "client_host"]
 
 logger = logging.getLogger("tandem.serve")
 
 
-class TandemServer(uvicorn.Server):
+class ExitZeroServer(uvicorn.Server):
+    """uvicorn that exits 0 after a clean shutdown on SIGTERM/SIGINT (uvicorn re-raises the signal
+    after shutting down, so the process would die "killed by SIGTERM")."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+
+class TandemServer(ExitZeroServer):
     def __init__(self, config: uvicorn.Config, on_shutdown_signal: Callable[[], None], grace_s: float) -> None:
         super().__init__(config)
         self._on_shutdown_signal = on_shutdown_signal
@@ -43,20 +60,6 @@ class TandemServer(uvicorn.Server):
                 self._grace_s,
             )
         super().handle_exit(sig, frame)
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        # uvicorn re-raises the signal after shutting down, so the process dies "killed by SIGTERM";
-        # a server that drained cleanly should exit 0 instead.
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in originals.items():
-                signal.signal(sig, handler)
 
 
 def client_host(host: str) -> str:
