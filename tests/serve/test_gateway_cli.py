@@ -41,6 +41,18 @@ def test_flags_alone_make_a_deployment_with_a_fallback_and_measured_profiles():
     assert sorted(calls) == [("m", "baseline", 1), ("m", "int8", 1)]
 
 
+def test_replicas_share_the_cores_by_default(monkeypatch):
+    """Without --threads, each replica gets the cores divided by the most replicas that can run."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    d = deployment_from_flags(None, recipe="int8", replicas_min=1, replicas_max=3, policy="hpa", fallback="baseline")
+    # int8 up to 3 replicas and the baseline fallback up to 1 (its default): 8 cores // 4
+    assert {p.variant.threads for p in d.plans} == {8 // sum(p.limits.max_replicas for p in d.plans)}
+    pinned = deployment_from_flags(None, recipe="int8", threads=3, replicas_max=3, policy="hpa")
+    assert {p.variant.threads for p in pinned.plans} == {3}
+
+
 def test_a_deployment_file_with_flags_over_it(tmp_path):
     path = tmp_path / "deploy.yaml"
     path.write_text(

@@ -61,9 +61,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+DEFAULT_MAX_REPLICAS = 4
+
+
 class _Replicas(_Strict):
     min: int = Field(1, ge=0)
-    max: int = Field(4, ge=1)
+    max: int = Field(DEFAULT_MAX_REPLICAS, ge=1)
 
     @model_validator(mode="after")
     def _ordered(self) -> _Replicas:
