@@ -5,6 +5,7 @@ from tandem.zoo.card import render_card
 REPORT = {
     "command": "tandem zoo build --out models/",
     "build_seconds": 2400.0,
+    "build_cpu_seconds": 4200.0,
     "environment": {"python": "3.11.7", "torch": "2.13.0", "machine": "x86_64, 2 threads"},
     "config": {
         "vocab_size": 8192,
@@ -14,6 +15,7 @@ REPORT = {
         "seed": 0,
         "heldout_fraction": 0.02,
         "warmup_steps": 50,
+        "optimizer": "muon",
     },
     "corpus": {
         "root": "/usr/lib/python3.11",
@@ -88,7 +90,7 @@ def test_target_card_states_data_training_and_evaluation():
         "`chunk.py`, `sched.py`",
         "f" * 64,
         "Python Software Foundation",
-        "640 AdamW steps",
+        "640 optimizer steps: Muon",
         "2,621,440 tokens seen",
         "| tandem-code-target | 1.500 | 4.48 | 0.550 |",
         "| 445.86 |",
@@ -98,7 +100,7 @@ def test_target_card_states_data_training_and_evaluation():
         "15.70M",
         "512 tokens",
         "tandem zoo build --out models/",
-        "40.0 minutes",
+        "40.0 minutes of wall time (70.0 CPU-minutes",
     ):
         assert expected in card, expected
 

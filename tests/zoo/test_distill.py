@@ -47,12 +47,16 @@ def test_distilled_student_agrees_with_its_teacher():
     phrase = torch.randint(2, vocab, (23,), generator=torch.Generator().manual_seed(1))
     stream = torch.cat([torch.cat([phrase, torch.tensor([i % 5 + 2])]) for i in range(120)])
     teacher = Transformer(model_config(TINY_TARGET_SHAPE, vocab, 32, 0, 1))
-    pretrain(teacher, WindowSampler(stream, 16, 8, seed=0), TrainConfig(steps=40, lr=1e-2, warmup_steps=5))
+    pretrain(
+        teacher,
+        WindowSampler(stream, 16, 8, seed=0),
+        TrainConfig(steps=40, lr=1e-2, warmup_steps=5, optimizer="adamw"),
+    )
     student = Transformer(model_config(TINY_DRAFT_SHAPE, vocab, 32, 0, 1))
     windows = eval_windows(stream[:400], 16)
     init_weights(student, seed=9)
     before = top1_agreement(teacher, student, windows)
-    config = TrainConfig(steps=40, lr=1e-2, warmup_steps=5, seed=1)
+    config = TrainConfig(steps=40, lr=1e-2, warmup_steps=5, seed=1, optimizer="adamw")
     result = distill(student, teacher, WindowSampler(stream, 16, 8, seed=1), config)
     after = top1_agreement(teacher, student, windows)
     assert result.losses[-1] < result.losses[0]

@@ -14,6 +14,13 @@ PURPOSE = {
 }
 
 
+OPTIMIZER_TEXT = {
+    "muon": "Muon (`torch.optim.Muon`, RMS matched to AdamW) for the transformer's matrices, AdamW "
+    "(betas 0.9/0.95, {scale}x the learning rate) for the tied embedding and the norms",
+    "adamw": "AdamW (betas 0.9/0.95)",
+}
+
+
 def _millions(n: int) -> str:
     return f"{n / 1e6:.2f}M"
 
@@ -102,9 +109,10 @@ def _data(report: dict[str, Any]) -> list[str]:
 
 def _training(report: dict[str, Any], role: str) -> list[str]:
     model, config = report[role], report["config"]
+    optimizer = OPTIMIZER_TEXT[config["optimizer"]].format(scale=config.get("adamw_lr_scale", 1))
     lines = [
-        f"- {model['steps']:,} AdamW steps (betas 0.9/0.95, weight decay 0.1 on matrices, "
-        "gradient clip 1.0), "
+        f"- {model['steps']:,} optimizer steps: {optimizer}; weight decay 0.1 "
+        "on matrices, gradient clip 1.0, "
         f"peak learning rate {model['peak_lr']}, {config['warmup_steps']}-step warmup then cosine to 10%",
         f"- batches of {config['batch_size']} x {config['seq_len']} tokens ({config['tokens_per_step']:,} "
         f"tokens per step): {model['tokens_seen']:,} tokens seen",
@@ -161,8 +169,9 @@ def render_card(report: dict[str, Any], role: str) -> str:
         "",
         "## Build",
         "",
-        f"Built by the command below in {report['build_seconds'] / 60:.1f} minutes (both models, evaluation "
-        "included); the full report is `models/tandem-code-build.json`.",
+        f"Built by the command below in {report['build_seconds'] / 60:.1f} minutes of wall time "
+        f"({report['build_cpu_seconds'] / 60:.1f} CPU-minutes over {report['environment']['machine']}; "
+        "both models, evaluation included); the full report is `models/tandem-code-build.json`.",
         "",
         "```",
         report["command"],

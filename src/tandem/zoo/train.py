@@ -1,4 +1,4 @@
-"""Training loop for the bundled models: AdamW, warmup + cosine schedule, bf16 autocast on CPU.
+"""Training loop for the bundled models: Muon + AdamW, warmup + cosine schedule, bf16 autocast on CPU.
 
 A fixed number of steps (not a time limit), a seeded init and a seeded batch order make a build
 reproducible on the same machine. bf16 autocast: on a CPU with AVX-512 bf16 the matmuls run about
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from rich.console import Console
 
 from tandem.model.transformer import Transformer
+from tandem.zoo.optim import build_optimizer, set_lr
 from tandem.zoo.progress import TrainingProgress
 from tandem.zoo.tokens import WindowSampler
 
@@ -30,6 +31,8 @@ class TrainConfig:
     warmup_steps: int = 50
     min_lr_ratio: float = 0.1  # cosine decays to this fraction of lr
     weight_decay: float = 0.1
+    optimizer: str = "muon"  # or "adamw"; see tandem.zoo.optim
+    adamw_lr_scale: float = 1.0  # under Muon: the embedding's and norms' lr relative to `lr`
     grad_clip: float = 1.0
     bf16: bool = True
     seed: int = 0
@@ -74,18 +77,6 @@ def _lr_at(step: int, config: TrainConfig) -> float:
     return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
 
 
-def _optimizer(module: Transformer, config: TrainConfig) -> torch.optim.AdamW:
-    # Decay matrices only: decaying norm gains pulls them toward 0, which only hurts.
-    params = [p for p in module.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), eps=1e-8)
-
-
 def run_training(
     module: Transformer,
     loss_fn: Callable[[torch.Tensor], torch.Tensor],
@@ -96,14 +87,15 @@ def run_training(
 ) -> TrainResult:
     """Run `config.steps` optimizer steps of `loss_fn(batch)` on batches from `sampler`."""
     module.train()
-    optimizer = _optimizer(module, config)
+    optimizer = build_optimizer(
+        module, config.optimizer, config.lr, config.weight_decay, config.adamw_lr_scale
+    )
     tokens_per_step = sampler.batch_size * sampler.seq_len
     losses: list[float] = []
     start = time.monotonic()
     with TrainingProgress(label, config.steps, console) as progress:
         for step in range(config.steps):
-            for group in optimizer.param_groups:
-                group["lr"] = _lr_at(step, config)
+            set_lr(optimizer, _lr_at(step, config))
             batch = sampler.next_batch()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
                 loss = loss_fn(batch)
