@@ -1,7 +1,8 @@
 """Engine: one replica's synchronous core: add_request, step, abort.
 
-Each step() asks the Batcher for a plan, runs the prefill chunks and one batched decode forward
-through the ModelRunner, samples, applies stop rules, and frees finished sequences' KV slots.
+Each step() asks the Batcher for a plan, runs the prompt chunks and the decode rows through the
+ModelRunner in one forward (or verifies draft proposals for a small decode batch), samples, applies
+stop rules, and frees finished sequences' KV slots.
 """
 
 from __future__ import annotations
@@ -158,21 +159,33 @@ class Engine:
             return []
         now = self.clock()
         results: list[tuple[Sequence, list[int], list]] = []
-        finished_prefill, prefill_logits = [], []
+        decode = plan.decode
+        spec = self.speculator
+        if decode and spec is not None and len(decode) <= spec.max_batch:
+            verified = self._speculate(decode)
+            if verified is not None:
+                results += verified
+                decode = []
+        # Prompt chunks and plain decode rows share one forward: every Linear runs once for all.
+        rows: list[list[int]] = []
         for seq, chunk in plan.prefill:
             if seq.metrics.first_scheduled_time is None:
                 seq.metrics.first_scheduled_time = now
-            start = seq.num_computed
-            logits = self.runner.forward([seq.prompt_ids[start : start + chunk]], [seq.slot], [start], True)
-            seq.num_computed += chunk
-            self.num_prompt_tokens += chunk
-            if seq.num_computed == len(seq.prompt_ids):
-                finished_prefill.append(seq)
-                prefill_logits.append(logits)
-        if finished_prefill:
-            results += self._sample_one(finished_prefill, torch.cat(prefill_logits))
-        if plan.decode:
-            results += self._decode(plan.decode)
+            rows.append(seq.prompt_ids[seq.num_computed : seq.num_computed + chunk])
+        rows += [[s.output_ids[-1]] for s in decode]
+        if rows:
+            seqs = [seq for seq, _ in plan.prefill] + decode
+            logits = self.runner.forward(rows, [s.slot for s in seqs], [s.num_computed for s in seqs], True)
+            sampled = []
+            for i, (seq, row) in enumerate(zip(seqs, rows, strict=True)):
+                seq.num_computed += len(row)
+                if i < len(plan.prefill):
+                    self.num_prompt_tokens += len(row)
+                    if seq.num_computed < len(seq.prompt_ids):
+                        continue  # mid-prompt: nothing to sample yet
+                sampled.append(i)
+            if sampled:
+                results += self._sample_one([seqs[i] for i in sampled], logits[sampled])
         outputs: list[RequestOutput] = []
         now = self.clock()
         for seq, tokens, logprobs in results:
@@ -193,28 +206,21 @@ class Engine:
         tokens, logprobs = sample(logits, [s.params for s in seqs], [s.generator for s in seqs])
         return [(s, [t], [lp]) for s, t, lp in zip(seqs, tokens, logprobs, strict=True)]
 
-    def _decode(self, seqs: list[Sequence]) -> list[tuple[Sequence, list[int], list]]:
-        """One decode step for all running sequences: speculative when a speculator is attached
-        and the batch is small enough for verification to pay, plain otherwise."""
-        spec = self.speculator
-        if spec is not None and len(seqs) <= spec.max_batch:
-            verified = speculative_decode(self.runner, spec, seqs, self.max_model_len)
-            if verified is not None:
-                results = []
-                for seq, drafted, tokens, logprobs in verified:
-                    seq.metrics.num_drafted_tokens += drafted
-                    seq.metrics.num_accepted_tokens += len(tokens) - 1
-                    self.num_drafted_tokens += drafted
-                    self.num_accepted_tokens += len(tokens) - 1
-                    results.append((seq, tokens, logprobs))
-                self.num_spec_rows += len(seqs)
-                return results
-        logits = self.runner.forward(
-            [[s.output_ids[-1]] for s in seqs], [s.slot for s in seqs], [s.num_computed for s in seqs], True
-        )
-        for seq in seqs:
-            seq.num_computed += 1
-        return self._sample_one(seqs, logits)
+    def _speculate(self, seqs: list[Sequence]) -> list[tuple[Sequence, list[int], list]] | None:
+        """One speculative step for the decoding rows (a batch small enough for verification to
+        pay); None when nothing was proposed, and they decode plainly."""
+        verified = speculative_decode(self.runner, self.speculator, seqs, self.max_model_len)
+        if verified is None:
+            return None
+        results = []
+        for seq, drafted, tokens, logprobs in verified:
+            seq.metrics.num_drafted_tokens += drafted
+            seq.metrics.num_accepted_tokens += len(tokens) - 1
+            self.num_drafted_tokens += drafted
+            self.num_accepted_tokens += len(tokens) - 1
+            results.append((seq, tokens, logprobs))
+        self.num_spec_rows += len(seqs)
+        return results
 
     def _retire(self, seq: Sequence) -> None:
         seq.metrics.finished_time = self.clock()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tandem.model.attention_batch import AttentionBatch
+from tandem.model.forward_batch import ForwardBatch
 from tandem.model.packed_linear import pack_linears
 from tandem.model.transformer import KVCache, Transformer
 
@@ -20,13 +20,13 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, tokens: list[list[int]], slots: list[int], starts: list[int], last_only: bool) -> torch.Tensor:
-        """Run rows of equally many new tokens at their positions; return float32 logits.
+        """Run every row's new tokens in one forward pass; return float32 logits.
 
         tokens[i] are the new tokens of the sequence in slot slots[i], which already holds
-        starts[i] tokens. Returns [B, V] (last position) if last_only, else [B, T, V].
+        starts[i] tokens; rows may differ in length (prompt chunks beside decode tokens). Returns
+        [B, V] for each row's last token if last_only, else [B, T, V] (rows of equal length T).
         """
-        batch = AttentionBatch.build(slots, starts, len(tokens[0]), self.sliding_window)
-        hidden = self.module(torch.tensor(tokens, dtype=torch.long), self.cache, batch)
-        if last_only:
-            hidden = hidden[:, -1]
+        batch = ForwardBatch.build(tokens, slots, starts, self.sliding_window)
+        hidden = self.module(batch.tokens, self.cache, batch)
+        hidden = hidden[batch.last] if last_only else hidden[batch.row_major()]
         return self.module.logits(hidden)

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tandem.model.attention_batch import AttentionBatch
 from tandem.model.config import ModelConfig
+from tandem.model.forward_batch import CachedGroup, ForwardBatch, FreshGroup
 from tandem.model.rope import apply_rope, rope_tables
 
 __all__ = ["Transformer", "KVCache"]
@@ -68,51 +68,84 @@ class Attention(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         cache: KVCache | None,
-        batch: AttentionBatch | None,
+        batch: ForwardBatch | None,
     ) -> torch.Tensor:
-        b, t, _ = x.shape
+        if batch is None:
+            return self._forward_plain(x, cos, sin)
+        n = x.shape[0]  # flat tokens of every row
         qkv = self.qkv_proj(x)
         q_dim, kv_dim, _ = self.split
         # q and k sit side by side in the fused output: rotate both in one pass.
-        qk = apply_rope(qkv[..., : q_dim + kv_dim].view(b, t, self.heads + self.kv_heads, self.head_dim), cos, sin)
-        q, k = qk[:, :, : self.heads], qk[:, :, self.heads :]
-        v = qkv[..., q_dim + kv_dim :].view(b, t, self.kv_heads, self.head_dim)
-        gqa = self.heads != self.kv_heads
-        if cache is None or batch is None or batch.fresh_causal:
-            if cache is not None and batch is not None:
-                self._write(cache, batch, k, v)
-            out = self._attend_fresh(q, k, v, gqa)
+        qk = apply_rope(qkv[:, : q_dim + kv_dim].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
+        q, k = qk[:, : self.heads], qk[:, self.heads :]
+        v = qkv[:, q_dim + kv_dim :].view(n, self.kv_heads, self.head_dim)
+        # Advanced indices around a slice: the indexed view is [N, kv_heads, head_dim], k's layout.
+        keys, values = cache.k[self.layer], cache.v[self.layer]
+        keys[batch.slots, :, batch.positions] = k.to(keys.dtype)
+        values[batch.slots, :, batch.positions] = v.to(values.dtype)
+        if len(batch.groups) == 1:
+            out = self._attend(batch.groups[0], q, k, v, keys, values)
         else:
-            self._write(cache, batch, k, v)
-            out = self._attend_cached(q, cache, batch, gqa)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+            out = q.new_empty((n, self.heads, self.head_dim))
+            for group in batch.groups:
+                lo, hi = group.lo, group.hi
+                out[lo:hi] = self._attend(group, q[lo:hi], k[lo:hi], v[lo:hi], keys, values)
+        return self.o_proj(out.reshape(n, self.heads * self.head_dim))
 
-    def _write(self, cache: KVCache, batch: AttentionBatch, k: torch.Tensor, v: torch.Tensor) -> None:
-        slot_idx = batch.slots[:, None].expand_as(batch.positions)
-        # Advanced indices around a slice: the indexed view is [B, T, kv_heads, head_dim], k's layout.
-        cache.k[self.layer][slot_idx, :, batch.positions] = k.to(cache.k[self.layer].dtype)
-        cache.v[self.layer][slot_idx, :, batch.positions] = v.to(cache.v[self.layer].dtype)
-
-    def _attend_fresh(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> torch.Tensor:
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        t = q.shape[2]
+    def _forward_plain(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """[B, T] rows from position 0, no cache: training, parity checks."""
+        b, t, _ = x.shape
+        qkv = self.qkv_proj(x)
+        q_dim, kv_dim, _ = self.split
+        qk = apply_rope(qkv[..., : q_dim + kv_dim].view(b, t, self.heads + self.kv_heads, self.head_dim), cos, sin)
+        q, k = qk[:, :, : self.heads].transpose(1, 2), qk[:, :, self.heads :].transpose(1, 2)
+        v = qkv[..., q_dim + kv_dim :].view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        gqa = self.heads != self.kv_heads
         if self.sliding_window is not None and t > self.sliding_window:
             pos = torch.arange(t)
             mask = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - self.sliding_window)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=gqa)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=gqa)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
-    def _attend_cached(self, q: torch.Tensor, cache: KVCache, batch: AttentionBatch, gqa: bool) -> torch.Tensor:
-        lo, hi, kl = batch.slot_lo, batch.slot_hi, batch.key_len
-        keys = cache.k[self.layer][lo:hi, :, :kl]
-        values = cache.v[self.layer][lo:hi, :, :kl]
-        q = q.transpose(1, 2)  # [B, heads, T, head_dim]
-        if batch.rows is not None:
+    def _attend(
+        self,
+        group: FreshGroup | CachedGroup,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+    ) -> torch.Tensor:
+        """One group's attention: q [T_group, heads, head_dim] -> [T_group, heads, head_dim]."""
+        gqa = self.heads != self.kv_heads
+        if isinstance(group, FreshGroup):
+            q, k, v = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+            if group.mask is not None:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask, enable_gqa=gqa)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            return out[0].transpose(0, 1)
+        lo, hi, kl = group.slot_lo, group.slot_hi, group.key_len
+        keys, values = keys[lo:hi, :, :kl], values[lo:hi, :, :kl]
+        rows, t = group.num_rows, group.num_new
+        if t == 1:
+            # One query per row: stack the query heads that share a kv head as that head's queries,
+            # so attention runs per kv head with no key/value expansion (GQA for free).
+            q = q.reshape(rows, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+        else:
+            q = q.view(rows, t, self.heads, self.head_dim).transpose(1, 2)  # [R, heads, T, head_dim]
+        if group.rows is not None:
             full = q.new_zeros((hi - lo, *q.shape[1:]))
-            full[batch.rows] = q
+            full[group.rows] = q
             q = full
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=batch.mask, enable_gqa=gqa)
-        return out if batch.rows is None else out[batch.rows]
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask, enable_gqa=gqa and t > 1)
+        if group.rows is not None:
+            out = out[group.rows]
+        if t == 1:
+            return out.reshape(rows, self.heads, self.head_dim)
+        return out.transpose(1, 2).reshape(rows * t, self.heads, self.head_dim)
 
 
 class MLP(nn.Module):
@@ -176,16 +209,19 @@ class Transformer(nn.Module):
         self,
         tokens: torch.Tensor,
         cache: KVCache | None = None,
-        batch: AttentionBatch | None = None,
+        batch: ForwardBatch | None = None,
     ) -> torch.Tensor:
-        """tokens [B, T] -> hidden [B, T, hidden]. Without a cache: plain causal from position 0."""
+        """Without a batch: tokens [B, T] from position 0, no cache -> hidden [B, T, hidden].
+        With a ForwardBatch and its cache: the batch's flat tokens -> hidden [N, hidden]."""
         if batch is None:
             positions = torch.arange(tokens.shape[1])[None, :].expand(tokens.shape[0], -1)
         else:
-            positions = batch.positions
+            if cache is None:
+                raise ValueError("a ForwardBatch reads and writes a KV cache; pass one")
+            tokens, positions = batch.tokens, batch.positions
         x = self.embed_tokens(tokens)
-        cos = self.rope_cos[positions].to(x.dtype)[:, :, None, :]
-        sin = self.rope_sin[positions].to(x.dtype)[:, :, None, :]
+        cos = self.rope_cos[positions].to(x.dtype).unsqueeze(-2)
+        sin = self.rope_sin[positions].to(x.dtype).unsqueeze(-2)
         for layer in self.layers:
             x = layer(x, cos, sin, cache, batch)
         return self.norm(x)

@@ -59,27 +59,15 @@ class DraftModelSpeculator:
         return valid
 
     def _catch_up(self, seqs: list[Sequence]) -> torch.Tensor:
-        """Feed each row's unseen tokens; return the draft's logits after each row's last token."""
+        """Feed each row's unseen tokens (a whole prompt, or the 1-2 tokens the last verification
+        committed) in one ragged forward; return the draft's logits after each row's last token."""
         assert self.runner is not None, "bind() must run before propose()"
         all_ids = [s.all_ids for s in seqs]
         valid = [self._valid_prefix(s, ids) for s, ids in zip(seqs, all_ids, strict=True)]
-        pending = [len(ids) - v for ids, v in zip(all_ids, valid, strict=True)]
-        width = max(pending)
-        logits: list[torch.Tensor | None] = [None] * len(seqs)
-        batched = [i for i, ids in enumerate(all_ids) if len(ids) >= width and width <= self.k + 1]
-        if batched:
-            # Short catch-ups share one forward: rows with fewer unseen tokens re-feed a few seen ones
-            # (rewriting identical keys/values) so every row carries `width` tokens.
-            rows = [all_ids[i][-width:] for i in batched]
-            starts = [len(all_ids[i]) - width for i in batched]
-            out = self.runner.forward(rows, [seqs[i].slot for i in batched], starts, last_only=True)
-            for j, i in enumerate(batched):
-                logits[i] = out[j]
-        for i, seq in enumerate(seqs):
-            if logits[i] is None:  # a fresh prompt: prefill the draft in its own forward
-                start = valid[i]
-                logits[i] = self.runner.forward([all_ids[i][start:]], [seq.slot], [start], last_only=True)[0]
-        return torch.stack(logits)
+        # At least the last token is fed again: its logits are what the first proposal comes from.
+        valid = [min(v, len(ids) - 1) for v, ids in zip(valid, all_ids, strict=True)]
+        rows = [ids[v:] for ids, v in zip(all_ids, valid, strict=True)]
+        return self.runner.forward(rows, [s.slot for s in seqs], valid, last_only=True)
 
     def propose(self, seqs: list[Sequence], k: int) -> list[Proposal]:
         logits = self._catch_up(seqs)

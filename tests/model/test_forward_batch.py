@@ -1,0 +1,92 @@
+"""Ragged forward passes: rows of any lengths in one forward give each row's own logits."""
+
+import pytest
+import torch
+import transformers
+from tiny_models import save_tiny
+
+from tandem.engine.model_runner import ModelRunner
+from tandem.model import load_model
+from tandem.model.forward_batch import CachedGroup, ForwardBatch, split_long_rows
+
+
+def test_split_long_rows_takes_out_a_long_row_among_short_ones():
+    key_lens = [20, 25, 400, 30, 22, 18, 24, 21]
+    singles, rest = split_long_rows(key_lens, list(range(8)), call_keys=100)
+    assert singles == [2]
+    assert rest == [0, 1, 3, 4, 5, 6, 7]
+
+
+def test_split_long_rows_keeps_similar_rows_together():
+    singles, rest = split_long_rows([100, 120, 110, 90], [0, 1, 2, 3], call_keys=100)
+    assert singles == [] and rest == [0, 1, 2, 3]
+
+
+def test_split_long_rows_weighs_the_call_cost():
+    key_lens, slots = [20, 20, 20, 60], [0, 1, 2, 3]
+    assert split_long_rows(key_lens, slots, call_keys=1000) == ([], [0, 1, 2, 3])
+    assert split_long_rows(key_lens, slots, call_keys=10) == ([3], [0, 1, 2])
+
+
+def test_build_groups_fresh_prompts_and_decode_rows():
+    batch = ForwardBatch.build([[5, 6, 7], [8], [9], [1, 2]], slots=[3, 0, 1, 5], starts=[0, 10, 4, 0])
+    kinds = sorted(type(g).__name__ for g in batch.groups)
+    assert kinds == ["CachedGroup", "FreshGroup", "FreshGroup"]
+    decode = next(g for g in batch.groups if isinstance(g, CachedGroup))
+    assert (decode.num_rows, decode.num_new, decode.key_len) == (2, 1, 11)
+    # Every input row's tokens sit at its offset, in order, with their positions and slots.
+    for i, (row, slot, start) in enumerate([([5, 6, 7], 3, 0), ([8], 0, 10), ([9], 1, 4), ([1, 2], 5, 0)]):
+        span = slice(batch.offsets[i], batch.offsets[i] + len(row))
+        assert batch.tokens[span].tolist() == row
+        assert batch.positions[span].tolist() == list(range(start, start + len(row)))
+        assert set(batch.slots[span].tolist()) == {slot}
+    assert batch.tokens[batch.last].tolist() == [7, 8, 9, 2]
+
+
+def test_build_refuses_empty_rows_and_shared_slots():
+    with pytest.raises(ValueError, match="at least one new token"):
+        ForwardBatch.build([[1], []], [0, 1], [0, 0])
+    with pytest.raises(ValueError, match="its own KV slot"):
+        ForwardBatch.build([[1], [2]], [0, 0], [3, 4])
+
+
+@pytest.mark.parametrize("window", [None, 16])
+def test_ragged_forwards_match_transformers(tmp_path, window):
+    """Prompt chunks, continuing chunks and decode rows of very different lengths, mixed in each
+    forward (with a long row attending on its own), give every row the logits transformers gives
+    that sequence alone."""
+    overrides = {} if window is None else {"sliding_window": window}
+    path = save_tiny("mistral", tmp_path / "m", **overrides)
+    ours = load_model(path)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    gen = torch.Generator().manual_seed(3)
+    lengths = {0: 150, 2: 9, 3: 40, 5: 12, 6: 7}  # slot -> sequence length
+    seqs = {slot: torch.randint(3, ours.config.vocab_size, (n,), generator=gen).tolist() for slot, n in lengths.items()}
+    with torch.no_grad():
+        expected = {slot: hf(torch.tensor([ids])).logits[0] for slot, ids in seqs.items()}
+    runner = ModelRunner(ours.module, num_slots=8, max_len=256)
+    # Per forward: slot -> how many tokens to feed next.
+    schedule = [
+        {0: 100, 2: 3, 3: 40, 6: 1},  # fresh prompts of several lengths, and a one-token prompt
+        {0: 45, 2: 1, 5: 4, 6: 1},  # a continuing chunk beside decode rows and a fresh prompt
+        {0: 1, 2: 1, 5: 1, 6: 1},  # decode: one long row among short ones
+        {0: 4, 2: 4, 5: 4, 6: 4},  # verification-shaped rows
+    ]
+    done = dict.fromkeys(seqs, 0)
+    for step in schedule:
+        slots = list(step)
+        rows = [seqs[s][done[s] : done[s] + step[s]] for s in slots]
+        logits = runner.forward(rows, slots, [done[s] for s in slots], last_only=True)
+        if step == schedule[2]:
+            groups = ForwardBatch.build(rows, slots, [done[s] for s in slots]).groups
+            assert sorted(g.num_rows for g in groups) == [1, 3], "the long row attends alone"
+        for i, s in enumerate(slots):
+            done[s] += step[s]
+            torch.testing.assert_close(logits[i], expected[s][done[s] - 1], atol=1e-4, rtol=0)
+
+
+def test_all_positions_need_rows_of_equal_length(tiny_llama_dir):
+    runner = ModelRunner(load_model(tiny_llama_dir).module, num_slots=2, max_len=64)
+    assert runner.forward([[5, 6], [7, 8]], [0, 1], [0, 0], last_only=False).shape[:2] == (2, 2)
+    with pytest.raises(ValueError, match="equal lengths"):
+        runner.forward([[5, 6], [7]], [0, 1], [2, 2], last_only=False)
