@@ -56,3 +56,16 @@ def test_int8_rows_do_not_depend_on_the_rest_of_the_batch(tiny_llama_dir):
     params = SamplingParams.greedy_params(24, ignore_eos=True)
     solo = [engine.generate([p], params)[0].token_ids for p in prompts]
     assert [o.token_ids for o in engine.generate(prompts, params)] == solo
+
+
+def test_int8_layers_reuse_one_growing_input_buffer_in_any_mode():
+    """Rows are written into a shared scratch buffer; it grows on demand, and one first made under
+    inference mode still takes writes outside it."""
+    linear = torch.nn.Linear(16, 8)
+    ref = Int8Linear(linear)
+    x = torch.randn(300, 16, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        small = ref(x[:3])
+    big = ref(x)  # outside inference mode, and past the buffer's first size
+    assert torch.equal(big[:3], small)
+    assert torch.allclose(big, linear(x), atol=0.05 * linear(x).abs().max().item())
