@@ -37,8 +37,8 @@ class ModelShape:
             raise ValueError(f"{self}: heads must divide hidden_size and kv_heads must divide heads")
 
 
-# Sized from a throughput trial on the 2-core build machine (bf16 autocast training, 4096-token
-# batches): the target trains at ~2500 tokens/s, so ~20 minutes is ~1.2 epochs of the corpus.
+# Sized from a throughput trial on the 2-core build machine (bf16 autocast training): the target
+# trains at ~2500 tokens/s, so ~23 minutes is ~1.2 epochs of the corpus.
 TARGET_SHAPE = ModelShape(hidden_size=384, num_layers=8, num_heads=6, num_kv_heads=2, intermediate_size=1024)
 DRAFT_SHAPE = ModelShape(hidden_size=128, num_layers=3, num_heads=2, num_kv_heads=1, intermediate_size=384)
 # For tests and dry runs of the build pipeline: seconds, not minutes.
