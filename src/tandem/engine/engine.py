@@ -1,8 +1,9 @@
 """Engine: one replica's synchronous core: add_request, step, abort.
 
-Each step() asks the Batcher for a plan, runs the prompt chunks and the decode rows through the
-ModelRunner in one forward (or verifies draft proposals for a small decode batch), samples, applies
-stop rules, and frees finished sequences' KV slots.
+Each step() asks the Batcher for a plan, asks the speculator (if any, and the decode batch is small
+enough) for draft tokens, runs the prompt chunks, the decode rows and the rows verifying proposals
+through the ModelRunner in one ragged forward, samples or verifies, applies stop rules, and frees
+finished sequences' KV slots.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tandem.engine.outputs import RequestMetrics, RequestOutput
 from tandem.engine.sampler import new_generator, sample
 from tandem.engine.sampling_params import SamplingParams
 from tandem.engine.sequence import Sequence
-from tandem.engine.speculation import speculative_decode
+from tandem.engine.speculation import Proposal, verify
 from tandem.model.loader import Model
 from tandem.model.tokenizer import IncrementalDetokenizer
 
@@ -158,34 +159,40 @@ class Engine:
         if plan.empty:
             return []
         now = self.clock()
-        results: list[tuple[Sequence, list[int], list]] = []
         decode = plan.decode
-        spec = self.speculator
-        if decode and spec is not None and len(decode) <= spec.max_batch:
-            verified = self._speculate(decode)
-            if verified is not None:
-                results += verified
-                decode = []
-        # Prompt chunks and plain decode rows share one forward: every Linear runs once for all.
+        proposals = self._propose(decode)
+        # One ragged forward for everything: prompt chunks (scored at their last token), decode rows
+        # (their last token), and rows verifying draft tokens (last token + k proposals, all scored).
         rows: list[list[int]] = []
         for seq, chunk in plan.prefill:
             if seq.metrics.first_scheduled_time is None:
                 seq.metrics.first_scheduled_time = now
             rows.append(seq.prompt_ids[seq.num_computed : seq.num_computed + chunk])
-        rows += [[s.output_ids[-1]] for s in decode]
-        if rows:
-            seqs = [seq for seq, _ in plan.prefill] + decode
-            logits = self.runner.forward(rows, [s.slot for s in seqs], [s.num_computed for s in seqs], True)
-            sampled = []
-            for i, (seq, row) in enumerate(zip(seqs, rows, strict=True)):
-                seq.num_computed += len(row)
-                if i < len(plan.prefill):
-                    self.num_prompt_tokens += len(row)
-                    if seq.num_computed < len(seq.prompt_ids):
-                        continue  # mid-prompt: nothing to sample yet
-                sampled.append(i)
-            if sampled:
-                results += self._sample_one([seqs[i] for i in sampled], logits[sampled])
+        for i, seq in enumerate(decode):
+            rows.append([seq.output_ids[-1], *(proposals[i].tokens if proposals else ())])
+        seqs = [seq for seq, _ in plan.prefill] + decode
+        scored = [1] * len(plan.prefill) + [len(row) for row in rows[len(plan.prefill) :]]
+        logits = self.runner.forward_scored(rows, [s.slot for s in seqs], [s.num_computed for s in seqs], scored)
+        results: list[tuple[Sequence, list[int], list]] = []
+        plain = []  # rows sampled from their last position: finished prompts, decode rows without proposals
+        for i, (seq, _) in enumerate(plan.prefill):
+            seq.num_computed += len(rows[i])
+            self.num_prompt_tokens += len(rows[i])
+            if seq.num_computed == len(seq.prompt_ids):
+                plain.append(i)
+        verified = []  # decode rows with proposals: (row, proposal)
+        for j, seq in enumerate(decode):
+            if proposals and proposals[j].tokens:
+                verified.append((len(plan.prefill) + j, proposals[j]))
+            else:
+                seq.num_computed += 1  # the fed token's keys and values are now cached
+                plain.append(len(plan.prefill) + j)
+        if plain:
+            results += self._sample_one([seqs[i] for i in plain], torch.cat([logits[i] for i in plain]))
+        if verified:
+            results += self._accept(
+                [seqs[i] for i, _ in verified], [p for _, p in verified], [logits[i] for i, _ in verified]
+            )
         outputs: list[RequestOutput] = []
         now = self.clock()
         for seq, tokens, logprobs in results:
@@ -206,18 +213,31 @@ class Engine:
         tokens, logprobs = sample(logits, [s.params for s in seqs], [s.generator for s in seqs])
         return [(s, [t], [lp]) for s, t, lp in zip(seqs, tokens, logprobs, strict=True)]
 
-    def _speculate(self, seqs: list[Sequence]) -> list[tuple[Sequence, list[int], list]] | None:
-        """One speculative step for the decoding rows (a batch small enough for verification to
-        pay); None when nothing was proposed, and they decode plainly."""
-        verified = speculative_decode(self.runner, self.speculator, seqs, self.max_model_len)
-        if verified is None:
+    def _propose(self, decode: list[Sequence]) -> list[Proposal] | None:
+        """Draft tokens for the decoding rows when a speculator is attached and the batch is small
+        enough for verification to pay; None to decode plainly."""
+        spec = self.speculator
+        if not decode or spec is None or len(decode) > spec.max_batch:
             return None
+        # Each row writes k + 1 positions starting at its last token: stay inside the KV slot.
+        k = min(spec.k, min(self.max_model_len - s.length for s in decode))
+        if k <= 0:
+            return None
+        proposals = spec.propose(decode, k)
+        return proposals if any(p.tokens for p in proposals) else None
+
+    def _accept(
+        self, seqs: list[Sequence], proposals: list[Proposal], logits: list[torch.Tensor]
+    ) -> list[tuple[Sequence, list[int], list]]:
+        """Verify rows' proposals against the target's logits; advance their KV positions."""
         results = []
-        for seq, drafted, tokens, logprobs in verified:
+        for seq, proposal, (tokens, logprobs) in zip(seqs, proposals, verify(seqs, proposals, logits), strict=True):
+            seq.num_computed += len(tokens)  # the fed last token plus the accepted proposals hold valid KV
+            drafted, accepted = len(proposal.tokens), len(tokens) - 1
             seq.metrics.num_drafted_tokens += drafted
-            seq.metrics.num_accepted_tokens += len(tokens) - 1
+            seq.metrics.num_accepted_tokens += accepted
             self.num_drafted_tokens += drafted
-            self.num_accepted_tokens += len(tokens) - 1
+            self.num_accepted_tokens += accepted
             results.append((seq, tokens, logprobs))
         self.num_spec_rows += len(seqs)
         return results

@@ -30,3 +30,20 @@ class ModelRunner:
         hidden = self.module(batch.tokens, self.cache, batch)
         hidden = hidden[batch.last] if last_only else hidden[batch.row_major()]
         return self.module.logits(hidden)
+
+    @torch.inference_mode()
+    def forward_scored(
+        self, tokens: list[list[int]], slots: list[int], starts: list[int], scored: list[int]
+    ) -> list[torch.Tensor]:
+        """Like forward, but row i gets logits for its last scored[i] tokens: [scored[i], V] each.
+
+        One forward for rows that need different numbers of predictions: a prompt chunk needs its
+        last, a row verifying k draft tokens needs k + 1.
+        """
+        batch = ForwardBatch.build(tokens, slots, starts, self.sliding_window)
+        hidden = self.module(batch.tokens, self.cache, batch)
+        index = [
+            i for o, n, m in zip(batch.offsets, batch.lengths, scored, strict=True) for i in range(o + n - m, o + n)
+        ]
+        logits = self.module.logits(hidden[torch.tensor(index, dtype=torch.long)])
+        return list(logits.split(scored))

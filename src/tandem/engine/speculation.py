@@ -2,7 +2,8 @@
 
 A Speculator (draft model, n-gram lookup, ... supplied by the optimization layer) proposes up to k
 tokens per running sequence. The target then scores, for all rows at once, the last accepted token
-followed by the k proposals: one forward of T = k + 1 tokens per row. Acceptance is lossless:
+followed by the k proposals: k + 1 tokens per row, in the same ragged forward as the step's prompt
+chunks and the rows that got no proposal (tandem.engine.engine). Acceptance is lossless:
 - greedy rows keep proposals while they equal the target's argmax, then add the target's own token;
 - sampled rows use rejection sampling (Leviathan et al. 2023): accept proposal x with probability
   min(1, p(x) / q(x)); on the first rejection sample from norm(max(0, p - q)); if all k are accepted,
@@ -18,12 +19,11 @@ from typing import Protocol
 
 import torch
 
-from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import TokenLogprob
 from tandem.engine.sampler import _logprob_entry, filtered_probs
 from tandem.engine.sequence import Sequence
 
-__all__ = ["Speculator", "Proposal", "verify", "speculative_decode"]
+__all__ = ["Speculator", "Proposal", "verify"]
 
 
 @dataclass
@@ -47,18 +47,19 @@ class Speculator(Protocol):
 
 
 def verify(
-    seqs: list[Sequence], proposals: list[Proposal], logits: torch.Tensor
+    seqs: list[Sequence], proposals: list[Proposal], logits: torch.Tensor | list[torch.Tensor]
 ) -> list[tuple[list[int], list[TokenLogprob | None]]]:
-    """Accept or reject each row's proposals against the target's logits [B, k + 1, V].
+    """Accept or reject each row's proposals against the target's logits: [B, k + 1, V], or one
+    [len(proposal) + 1, V] tensor per row.
 
-    Row i's logits[i, j] is the target's prediction after the last accepted token and the first j
+    Row i's logits[i][j] is the target's prediction after the last accepted token and the first j
     proposals. Returns, per row, the tokens to append (accepted proposals + one target token) and
     their logprobs where the request asked for them.
     """
     results = []
     for row, (seq, proposal) in enumerate(zip(seqs, proposals, strict=True)):
         params, draft = seq.params, proposal.tokens
-        row_logits = logits[row, : len(draft) + 1]
+        row_logits = logits[row][: len(draft) + 1]
         if params.greedy:
             target = row_logits.argmax(-1).tolist()
             accepted = 0
@@ -92,30 +93,3 @@ def verify(
             logprobs = [_logprob_entry(lp[j], t, params.logprobs) for j, t in enumerate(tokens)]
         results.append((tokens, logprobs))
     return results
-
-
-def speculative_decode(
-    runner: ModelRunner, speculator: Speculator, seqs: list[Sequence], max_len: int
-) -> list[tuple[Sequence, int, list[int], list[TokenLogprob | None]]] | None:
-    """Propose, verify all rows in one target forward, and advance each row's KV position.
-
-    Returns (sequence, tokens drafted, tokens to append, their logprobs) per row, or None when
-    nothing was proposed (the caller then decodes plainly).
-    """
-    # Each row writes k + 1 positions starting at its last token: stay inside the KV slot.
-    k = min(speculator.k, min(max_len - s.length for s in seqs))
-    if k <= 0:
-        return None
-    proposals = speculator.propose(seqs, k)
-    width = max((len(p.tokens) for p in proposals), default=0)
-    if width == 0:
-        return None
-    # Rows are padded to one width; padded positions' logits are never read and their KV entries
-    # lie past the accepted length, to be overwritten.
-    rows = [[s.output_ids[-1], *p.tokens, *[0] * (width - len(p.tokens))] for s, p in zip(seqs, proposals, strict=True)]
-    logits = runner.forward(rows, [s.slot for s in seqs], [s.num_computed for s in seqs], last_only=False)
-    out = []
-    for seq, proposal, (tokens, logprobs) in zip(seqs, proposals, verify(seqs, proposals, logits), strict=True):
-        seq.num_computed += len(tokens)  # the fed last token plus the accepted proposals hold valid KV
-        out.append((seq, len(proposal.tokens), tokens, logprobs))
-    return out

@@ -130,22 +130,21 @@ class Attention(nn.Module):
         lo, hi, kl = group.slot_lo, group.slot_hi, group.key_len
         keys, values = keys[lo:hi, :, :kl], values[lo:hi, :, :kl]
         rows, t = group.num_rows, group.num_new
-        if t == 1:
-            # One query per row: stack the query heads that share a kv head as that head's queries,
-            # so attention runs per kv head with no key/value expansion (GQA for free).
-            q = q.reshape(rows, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
-        else:
-            q = q.view(rows, t, self.heads, self.head_dim).transpose(1, 2)  # [R, heads, T, head_dim]
+        kv, group_size = self.kv_heads, self.heads // self.kv_heads
+        # Stack the query heads that share a kv head (and their T positions) as that kv head's
+        # queries: attention runs per kv head, with no expansion of keys and values (GQA for free).
+        q = q.view(rows, t, kv, group_size, self.head_dim).permute(0, 2, 3, 1, 4).reshape(rows, kv, -1, self.head_dim)
+        mask = group.mask
+        if mask is not None and t > 1 and group_size > 1:  # each query row's mask, once per head of the group
+            mask = mask.unsqueeze(2).expand(-1, -1, group_size, -1, -1).reshape(mask.shape[0], 1, -1, mask.shape[-1])
         if group.rows is not None:
             full = q.new_zeros((hi - lo, *q.shape[1:]))
             full[group.rows] = q
             q = full
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask, enable_gqa=gqa and t > 1)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         if group.rows is not None:
             out = out[group.rows]
-        if t == 1:
-            return out.reshape(rows, self.heads, self.head_dim)
-        return out.transpose(1, 2).reshape(rows * t, self.heads, self.head_dim)
+        return out.view(rows, kv, group_size, t, self.head_dim).permute(0, 3, 1, 2, 4).reshape(rows * t, self.heads, -1)
 
 
 class MLP(nn.Module):
