@@ -3,7 +3,7 @@
 Held-out code prompts (never trained on), greedy, each batch size measured for every recipe. The
 batch size where verification stops paying is printed: the `max_batch` default of `speculative`.
 
-    python benchmarks/bench_speculative.py [--batches 1,2,4,8,16] [--ks 2,3,4,5]
+    python benchmarks/bench_speculative.py [--batches 1,2,4,8,16] [--ks 2,3,4,5] [--ngram-ks 4,6,8]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1,2,4,8,16")
     parser.add_argument("--ks", default="2,3,4,5")
+    parser.add_argument("--ngram-ks", default="4,6,8")
     parser.add_argument("--base", default="baseline", help="recipe prefix, e.g. int8")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=64)
@@ -45,7 +46,7 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     prefix = "" if args.base == "baseline" else args.base + "+"
     recipes = [args.base] + [f"{prefix}speculative(k={k}, max_batch=64)" for k in args.ks.split(",")]
-    recipes.append(f"{prefix}ngram(k=4, max_batch=64)")
+    recipes += [f"{prefix}ngram(k={k}, max_batch=64)" for k in args.ngram_ks.split(",")]
     console = Console()
     rows = []
     for recipe in recipes:

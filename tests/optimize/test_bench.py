@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from tandem.cli import cli
 from tandem.model import load_model
-from tandem.optimize.bench import summarize, usd_per_million_tokens
+from tandem.optimize.bench import _fastest_run, summarize, usd_per_million_tokens
 from tandem.optimize.workload import load_workload
 
 
@@ -21,6 +21,12 @@ def test_summarize_percentiles():
     assert row.tpot_p50_s == 0.75 and row.output_tokens == 5
 
 
+def test_the_fastest_run_by_wall_time_is_reported():
+    slow, mid, fast = ([(0.0, 0.1, wall, 4)] for wall in (3.0, 2.0, 1.0))
+    assert _fastest_run([slow, fast, mid]) is fast
+    assert _fastest_run([slow]) is slow
+
+
 def test_workload_is_reproducible_and_fits_the_context(tiny_llama_dir):
     tokenizer = load_model(tiny_llama_dir).tokenizer
     a = load_workload(tokenizer, 256, 20, seed=3)
@@ -33,7 +39,9 @@ def test_bench_command_json_shape(tiny_llama_dir, tiny_draft_dir, tmp_path):
     out = tmp_path / "bench.json"
     recipes = f"int8,ngram,speculative(draft={tiny_draft_dir})"
     result = CliRunner().invoke(
-        cli, ["bench", "--model", str(tiny_llama_dir), "--recipes", recipes, "--requests", "6", "--json", str(out)]
+        cli,
+        ["bench", "--model", str(tiny_llama_dir), "--recipes", recipes, "--requests", "6", "--repeats", "2"]
+        + ["--json", str(out)],
     )
     assert result.exit_code == 0, result.output
     payload = json.loads(out.read_text())
@@ -50,7 +58,7 @@ def test_bench_command_json_shape(tiny_llama_dir, tiny_draft_dir, tmp_path):
         ):
             assert row[key] >= 0, (row["recipe"], key)
         assert row["output_tokens"] == payload["results"][0]["output_tokens"]  # the same workload
-    assert payload["price_source"] and payload["usd_per_hour"] > 0
+    assert payload["price_source"] and payload["usd_per_hour"] > 0 and payload["repeats"] == 2
 
 
 def test_bench_unknown_recipe_is_a_clear_error(tiny_llama_dir):

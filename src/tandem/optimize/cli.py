@@ -67,9 +67,16 @@ def profile_command(model_dir, recipe, batch_sizes, output, threads) -> None:
 @click.option("--hf/--no-hf", "hf_rows", default=True, show_default=True, help="include transformers rows")
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="timed runs per row after its warm-up; the fastest is reported (as timeit does)",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)
 def bench_command(
-    model_dir, recipes, num_requests, usd_per_hour, max_num_seqs, hf_rows, hf_batch_size, seed, json_path
+    model_dir, recipes, num_requests, usd_per_hour, max_num_seqs, hf_rows, hf_batch_size, seed, repeats, json_path
 ):
     """Run one trace-shaped workload through each recipe and through transformers; print ratios."""
     import json
@@ -100,6 +107,7 @@ def bench_command(
             hf_batch_size,
             seed,
             progress=lambda what: console.log(f"running {what}"),
+            repeats=repeats,
         )
     except (ModelLoadError, RecipeError, ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -136,6 +144,7 @@ def bench_command(
             "command": " ".join(["tandem", *sys.argv[1:]]),
             "usd_per_hour": price,
             "price_source": source,
+            "repeats": repeats,
             "results": results,
         }
         Path(json_path).write_text(json.dumps(payload, indent=2) + "\n")
