@@ -20,7 +20,9 @@ class OptimizedModel:
 
     `model` is the optimization layer's own model object (tandem.model.Model); it stays `Any` here so
     this module needs no torch. `speculator`, when set, proposes draft tokens that the engine
-    verifies in its batched forward (draft-model or n-gram speculation).
+    verifies in its batched forward (draft-model or n-gram speculation). `kv_cache_dtype`, when
+    set, is the dtype the engine stores keys and values in (a narrower cache: fewer bytes read per
+    decode step, more sequences per byte).
     """
 
     model: Any
@@ -28,6 +30,7 @@ class OptimizedModel:
     applied: tuple[tuple[str, str], ...] = ()  # (optimizer name, version) in the order applied
     speculator: Any | None = None
     notes: tuple[str, ...] = ()
+    kv_cache_dtype: str | None = None  # e.g. "bfloat16"; None stores keys and values in the model's dtype
 
     def with_changes(self, **changes: Any) -> OptimizedModel:
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -53,6 +53,15 @@ class EngineConfig:
         return limit
 
 
+def _kv_dtype(name: str | None) -> torch.dtype | None:
+    if name is None:
+        return None
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"kv_cache_dtype {name!r} is not a torch floating-point dtype")
+    return dtype
+
+
 class Engine:
     def __init__(
         self,
@@ -75,7 +84,8 @@ class Engine:
                 f"kv_cache_tokens {config.kv_cache_tokens} is below max_model_len {self.max_model_len}: "
                 "no sequence would fit"
             )
-        self.runner = ModelRunner(model.module, num_slots, self.max_model_len)
+        kv_dtype = _kv_dtype(optimized.kv_cache_dtype)
+        self.runner = ModelRunner(model.module, num_slots, self.max_model_len, kv_dtype)
         self.batcher = Batcher(num_slots, config.max_prefill_tokens)
         self.clock = clock
         self._eos = frozenset(model.eos_token_ids)

@@ -12,10 +12,10 @@ __all__ = ["ModelRunner"]
 
 
 class ModelRunner:
-    def __init__(self, module: Transformer, num_slots: int, max_len: int) -> None:
+    def __init__(self, module: Transformer, num_slots: int, max_len: int, kv_dtype: torch.dtype | None = None) -> None:
         self.module = module
         pack_linears(module)  # weights into oneDNN's layout once: decode reads them at full bandwidth
-        self.cache = KVCache(module.config, num_slots, max_len, module.dtype)
+        self.cache = KVCache(module.config, num_slots, max_len, kv_dtype or module.dtype)
         self.sliding_window = module.config.sliding_window
 
     @torch.inference_mode()

@@ -51,9 +51,7 @@ def _rope_scaling(config: ModelConfig) -> dict[str, Any] | None:
     return scaling
 
 
-def hf_config_dict(
-    config: ModelConfig, dtype: torch.dtype, pad_token_id: int | None = None
-) -> dict[str, Any]:
+def hf_config_dict(config: ModelConfig, dtype: torch.dtype, pad_token_id: int | None = None) -> dict[str, Any]:
     """config.json's contents, every field spelled out (nothing left to a library's defaults)."""
     _check_exportable(config)
     eos: int | list[int] | None = list(config.eos_token_ids) or None
@@ -110,9 +108,7 @@ def _split_name(name: str, config: ModelConfig) -> list[tuple[str, slice]]:
         return [(hf.replace("qkv_proj", p), slice(bounds[i], bounds[i + 1])) for i, p in enumerate(parts)]
     if ".gate_up_proj." in name:
         parts = ("gate_proj", "up_proj")
-        return [
-            (hf.replace("gate_up_proj", p), slice(i * inter, (i + 1) * inter)) for i, p in enumerate(parts)
-        ]
+        return [(hf.replace("gate_up_proj", p), slice(i * inter, (i + 1) * inter)) for i, p in enumerate(parts)]
     return [(hf, slice(None))]
 
 

@@ -141,7 +141,10 @@ class Attention(nn.Module):
             full = q.new_zeros((hi - lo, *q.shape[1:]))
             full[group.rows] = q
             q = full
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        dtype = q.dtype
+        if keys.dtype != dtype:  # a KV cache stored narrower than the activations (kv-bf16)
+            q = q.to(keys.dtype)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask).to(dtype)
         if group.rows is not None:
             out = out[group.rows]
         return out.view(rows, kv, group_size, t, self.head_dim).permute(0, 3, 1, 2, 4).reshape(rows * t, self.heads, -1)

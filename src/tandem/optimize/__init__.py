@@ -7,6 +7,7 @@ Engine runs.
 
 from tandem.optimize import registry
 from tandem.optimize.int8 import Int8
+from tandem.optimize.kv_cache import KvBFloat16
 from tandem.optimize.ngram import Ngram
 from tandem.optimize.precision import Baseline, BFloat16
 from tandem.optimize.registry import RecipeError, apply_recipe, describe, get, names, parse_recipe, register
@@ -17,5 +18,6 @@ __all__ = ["RecipeError", "apply_recipe", "describe", "get", "names", "parse_rec
 register("baseline", Baseline())
 register("bf16", BFloat16())
 register("int8", Int8())
+register("kv-bf16", KvBFloat16())
 register("speculative", Speculative())
 register("ngram", Ngram())

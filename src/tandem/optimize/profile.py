@@ -87,8 +87,8 @@ def measure_profile(
     decode_rate(engine, prompts[:1], 4)  # warm-up
     decode = {b: decode_rate(engine, prompts[:b], new_tokens) for b in batch_sizes}
     weight_bytes = optimized.model.weight_bytes
-    element = torch.finfo(optimized.model.dtype).bits // 8
-    kv_per_token = model.config.kv_bytes_per_token_per_element * element
+    kv_dtype = engine.runner.cache.k[0].dtype
+    kv_per_token = model.config.kv_bytes_per_token_per_element * (torch.finfo(kv_dtype).bits // 8)
     draft = getattr(optimized.speculator, "draft", None)
     if draft is not None:
         weight_bytes += draft.weight_bytes

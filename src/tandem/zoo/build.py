@@ -70,9 +70,7 @@ def _shape_dict(shape: ModelShape) -> dict[str, int]:
     return asdict(shape)
 
 
-def _model_report(
-    module: Transformer, shape: ModelShape, result: TrainResult, lr: float, seq_len: int
-) -> dict:
+def _model_report(module: Transformer, shape: ModelShape, result: TrainResult, lr: float, seq_len: int) -> dict:
     config = module.config
     return {
         "shape": _shape_dict(shape),
@@ -96,9 +94,7 @@ def _score_dict(score, num_bytes: int) -> dict[str, float]:
     }
 
 
-def build_models(
-    out: Path, config: BuildConfig, command: str, console: Console | None = None
-) -> dict[str, Any]:
+def build_models(out: Path, config: BuildConfig, command: str, console: Console | None = None) -> dict[str, Any]:
     """Build the target and draft into out/ and return the build report (also written as JSON)."""
     console = console or Console(stderr=True)
     started, started_cpu = time.monotonic(), time.process_time()
@@ -117,9 +113,7 @@ def build_models(
     train_stream = encode_files(tokenizer, corpus.train, ids["bos"], ids["eos"])
     heldout_stream = encode_files(tokenizer, corpus.heldout, ids["bos"], ids["eos"])
     heldout = eval_windows(heldout_stream, config.seq_len)
-    console.print(
-        f"tokenizer: {vocab} tokens; {len(train_stream):,} train tokens, {len(heldout_stream):,} held out"
-    )
+    console.print(f"tokenizer: {vocab} tokens; {len(train_stream):,} train tokens, {len(heldout_stream):,} held out")
 
     def new_module(shape: ModelShape) -> Transformer:
         return Transformer(model_config(shape, vocab, config.seq_len, ids["bos"], ids["eos"]))
@@ -140,9 +134,7 @@ def build_models(
     torch.manual_seed(config.seed)
     target = new_module(config.target)
     sampler = WindowSampler(train_stream, config.seq_len, config.batch_size, seed=config.seed)
-    target_result = pretrain(
-        target, sampler, train_config(config.target_steps, config.target_lr, config.seed), console
-    )
+    target_result = pretrain(target, sampler, train_config(config.target_steps, config.target_lr, config.seed), console)
     target_report = _model_report(target, config.target, target_result, config.target_lr, config.seq_len)
     target_report["epochs"] = round(target_result.tokens_seen / len(train_stream), 2)
     _export(target, target_dir, tokenizer, config.seq_len, ids["pad"])
@@ -237,9 +229,7 @@ def _print_summary(report: dict[str, Any], console: Console) -> None:
         table.add_column(column)
     for name in ("target", "draft", "unigram"):
         score = report[name] if name == "unigram" else report[name]["heldout"]
-        table.add_row(
-            name, f"{score['loss']:.3f}", f"{score['perplexity']:.2f}", f"{score['bits_per_byte']:.3f}"
-        )
+        table.add_row(name, f"{score['loss']:.3f}", f"{score['perplexity']:.2f}", f"{score['bits_per_byte']:.3f}")
     console.print(table)
     agreement = report["agreement"]
     console.print(

@@ -61,9 +61,7 @@ def _evaluation(report: dict[str, Any]) -> list[str]:
             "draft": "tandem-code-draft",
             "unigram": "unigram baseline (train-split token frequencies, add-one smoothed)",
         }[name]
-        lines.append(
-            f"| {label} | {score['loss']:.3f} | {score['perplexity']:.2f} | {score['bits_per_byte']:.3f} |"
-        )
+        lines.append(f"| {label} | {score['loss']:.3f} | {score['perplexity']:.2f} | {score['bits_per_byte']:.3f} |")
     lines += [
         "",
         "Draft top-1 agreement with the target (how often the draft's most likely next token is the "
@@ -93,8 +91,7 @@ def _data(report: dict[str, Any]) -> list[str]:
         "the build-specific `_sysconfigdata*` and `config-*/`, and the gencodec-generated charmap "
         "tables in `encodings/` (data, not code).",
         "",
-        f"- train: {corpus['train_files']} files, {corpus['train_bytes']:,} bytes, "
-        f"{corpus['train_tokens']:,} tokens",
+        f"- train: {corpus['train_files']} files, {corpus['train_bytes']:,} bytes, {corpus['train_tokens']:,} tokens",
         f"- held out (a file is held out when the SHA-256 of its relative path, read as a fraction, is "
         f"below {report['config']['heldout_fraction']}): {corpus['heldout_files']} files, "
         f"{corpus['heldout_bytes']:,} bytes: {heldout}",

@@ -53,9 +53,7 @@ def _command_line(params: dict, defaults: dict) -> str:
 @click.option("--vocab-size", type=click.IntRange(min=300), default=None, help="Default: the preset's.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
-def build(
-    out, corpus, preset, target_steps, draft_steps, batch_size, seq_len, vocab_size, seed, threads
-) -> None:
+def build(out, corpus, preset, target_steps, draft_steps, batch_size, seq_len, vocab_size, seed, threads) -> None:
     """Train the tokenizer, the target and the distilled draft; evaluate; write HF model directories."""
     from dataclasses import replace
 

@@ -22,9 +22,7 @@ __all__ = ["TrainingProgress"]
 
 
 class TrainingProgress:
-    def __init__(
-        self, label: str, total_steps: int, console: Console | None = None, log_every: int = 25
-    ) -> None:
+    def __init__(self, label: str, total_steps: int, console: Console | None = None, log_every: int = 25) -> None:
         self.console = console or Console(stderr=True)
         self.label, self.total, self.log_every = label, total_steps, log_every
         self._progress = Progress(

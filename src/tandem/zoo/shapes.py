@@ -42,9 +42,7 @@ class ModelShape:
 TARGET_SHAPE = ModelShape(hidden_size=384, num_layers=8, num_heads=6, num_kv_heads=2, intermediate_size=1024)
 DRAFT_SHAPE = ModelShape(hidden_size=128, num_layers=3, num_heads=2, num_kv_heads=1, intermediate_size=384)
 # For tests and dry runs of the build pipeline: seconds, not minutes.
-TINY_TARGET_SHAPE = ModelShape(
-    hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128
-)
+TINY_TARGET_SHAPE = ModelShape(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 TINY_DRAFT_SHAPE = ModelShape(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
 
 

@@ -87,9 +87,7 @@ def run_training(
 ) -> TrainResult:
     """Run `config.steps` optimizer steps of `loss_fn(batch)` on batches from `sampler`."""
     module.train()
-    optimizer = build_optimizer(
-        module, config.optimizer, config.lr, config.weight_decay, config.adamw_lr_scale
-    )
+    optimizer = build_optimizer(module, config.optimizer, config.lr, config.weight_decay, config.adamw_lr_scale)
     tokens_per_step = sampler.batch_size * sampler.seq_len
     losses: list[float] = []
     start = time.monotonic()
