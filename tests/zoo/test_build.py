@@ -79,9 +79,5 @@ def test_same_command_builds_the_same_weights(built, tmp_path):
     result = CliRunner().invoke(cli, [*args, "--target-steps", "4", "--draft-steps", "3", "--threads", "1"])
     assert result.exit_code == 0, result.output
     for name in (TARGET_DIR_NAME, DRAFT_DIR_NAME):
-        assert (tmp_path / name / "model.safetensors").read_bytes() == (
-            out / name / "model.safetensors"
-        ).read_bytes()
-        assert (tmp_path / name / "tokenizer.json").read_bytes() == (
-            out / name / "tokenizer.json"
-        ).read_bytes()
+        assert (tmp_path / name / "model.safetensors").read_bytes() == (out / name / "model.safetensors").read_bytes()
+        assert (tmp_path / name / "tokenizer.json").read_bytes() == (out / name / "tokenizer.json").read_bytes()

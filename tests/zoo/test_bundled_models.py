@@ -51,9 +51,7 @@ def test_default_model_is_the_bundled_target(target):
     assert config.architecture == "LlamaForCausalLM" and 10e6 <= config.num_parameters <= 30e6
     assert config.vocab_size == target.tokenizer.vocab_size == 8192
     tokenizer_config = json.loads((TARGET / "tokenizer_config.json").read_text())
-    assert (
-        config.max_position_embeddings == tokenizer_config["model_max_length"] == REPORT["config"]["seq_len"]
-    )
+    assert config.max_position_embeddings == tokenizer_config["model_max_length"] == REPORT["config"]["seq_len"]
 
 
 def test_draft_costs_at_most_an_eighth_of_the_target(target, draft):

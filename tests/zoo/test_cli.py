@@ -14,9 +14,7 @@ def test_zoo_build_is_a_tandem_command():
 
 def test_a_corpus_without_enough_files_is_a_one_line_error(tmp_path):
     (tmp_path / "only.py").write_text("x = 1\n")
-    result = CliRunner().invoke(
-        cli, ["zoo", "build", "--out", str(tmp_path / "out"), "--corpus", str(tmp_path)]
-    )
+    result = CliRunner().invoke(cli, ["zoo", "build", "--out", str(tmp_path / "out"), "--corpus", str(tmp_path)])
     assert result.exit_code == 1
     assert "need at least 2 Python files" in result.output and "Traceback" not in result.output
 

@@ -68,6 +68,4 @@ def test_vocabularies_must_match():
     teacher = Transformer(model_config(TINY_TARGET_SHAPE, 40, 32, 0, 1))
     student = Transformer(model_config(TINY_DRAFT_SHAPE, 41, 32, 0, 1))
     with pytest.raises(ValueError, match="vocabulary"):
-        distill(
-            student, teacher, WindowSampler(torch.arange(200) % 40, 16, 2, 0), TrainConfig(steps=1, lr=1e-3)
-        )
+        distill(student, teacher, WindowSampler(torch.arange(200) % 40, 16, 2, 0), TrainConfig(steps=1, lr=1e-3))

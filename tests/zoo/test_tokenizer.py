@@ -47,7 +47,7 @@ def test_saved_files_load_in_transformers_and_tandem_alike(tokenizer, tmp_path):
     assert hf.model_max_length == 512
     messages = [{"role": "user", "content": "Sort a list."}]
     assert ours.apply_chat_template(messages) == "# user:\nSort a list.\n# assistant:\n"
-    assert hf.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True
-    ) == ours.apply_chat_template(messages)
+    assert hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == ours.apply_chat_template(
+        messages
+    )
     assert ours.chat_template == CHAT_TEMPLATE
