@@ -5,12 +5,12 @@ arriving at t=0, greedy, exactly max_tokens each. Rows report output tokens/s, T
 percentiles, and cost per million output tokens at the given $/hour, each with its ratio to
 `baseline`. Times are wall-clock on this machine: compare ratios, not absolute values.
 
-Each row's engine is built and warmed up, runs the workload `repeats` times, and reports its
-fastest run (by wall time), as `timeit` does: other processes only ever slow a run down, so the
-fastest is the least disturbed (on this shared machine single runs of one engine moved by up to 40%,
-1.04 s to 1.51 s). Rows run one after another with one engine in memory at a time, as a replica
-process holds one: engines interleaved in one process disturbed each other's caches and
-allocations (baseline ran 5-8% slower interleaved with other recipes than alone).
+Each row runs in its own process (as a replica does), built and warmed up first; then the
+workload runs in `repeats` rounds, every row once per round, and each row reports its fastest run
+(by wall time), as `timeit` does: other processes only ever slow a run down. On this shared
+machine slow spells outlast one row's runs (two runs of the same bench, rows one after another,
+gave the best recipe 1.59x and 1.29x baseline); rounds spread them over all rows
+(tandem.optimize.bench_workers).
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tandem.engine import Engine, EngineConfig, SamplingParams
+from tandem.engine import Engine, SamplingParams
 from tandem.model.loader import load_model
-from tandem.optimize.registry import apply_recipe
 from tandem.optimize.workload import BenchRequest, load_workload
 
 __all__ = ["BenchRow", "run_bench", "rows_as_json", "summarize", "usd_per_million_tokens", "DEFAULT_PRICE"]
@@ -110,43 +109,19 @@ def run_bench(
 ) -> list[BenchRow]:
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
-    probe = load_model(model_dir)
-    max_len = min(probe.config.max_position_embeddings, 2048)
-    requests = load_workload(probe.tokenizer, max_len, num_requests, seed=seed)
-    config = EngineConfig(max_model_len=max_len, kv_cache_tokens=max_len * max_num_seqs, max_num_seqs=max_num_seqs)
-    # Warm-up: every prompt once with a few output tokens, so kernel creation for each shape is not timed.
-    warmup = [BenchRequest(r.prompt_ids, min(r.max_tokens, 3)) for r in requests]
-    rows = []
-    for recipe in recipes:
-        if progress:
-            progress(f"tandem {recipe}")
-        engine = Engine(apply_recipe(load_model(model_dir), recipe), config)
-        _run_engine(engine, warmup)
-        engine.num_drafted_tokens = engine.num_accepted_tokens = engine.num_spec_rows = 0  # count timed runs only
-        timings = _fastest_run([_run_engine(engine, requests) for _ in range(repeats)])
-        spec = {}
-        if engine.speculator is not None:
-            drafted, accepted, spec_rows = engine.num_drafted_tokens, engine.num_accepted_tokens, engine.num_spec_rows
-            spec = dict(
-                acceptance_rate=accepted / drafted if drafted else 0.0,
-                mean_acceptance_length=(accepted + spec_rows) / spec_rows if spec_rows else 0.0,
-            )
-        rows.append(summarize(engine.recipe, timings, usd_per_hour, **spec))
-        del engine  # one engine in memory at a time, as one replica process holds one
-    if hf_rows:
-        from tandem.optimize.bench_hf import load_hf, run_hf_sequential, run_hf_static_batch
+    from tandem.optimize.bench_workers import RowSpec, run_rounds
 
-        hf = load_hf(probe.path, probe.dtype)
-        pad = probe.tokenizer.eos_token_id or 0
-        run_hf_sequential(hf, warmup[:2], pad)  # warm-up
-        if progress:
-            progress("transformers sequential generate")
-        runs = [run_hf_sequential(hf, requests, pad) for _ in range(repeats)]
-        rows.append(summarize("hf-sequential", _fastest_run(runs), usd_per_hour))
-        if progress:
-            progress(f"transformers static batches of {hf_batch_size}")
-        runs = [run_hf_static_batch(hf, requests, pad, hf_batch_size) for _ in range(repeats)]
-        rows.append(summarize("hf-static-batch", _fastest_run(runs), usd_per_hour))
+    # Fail here, with the loader's own message, before any worker starts.
+    probe = load_model(model_dir)
+    load_workload(probe.tokenizer, min(probe.config.max_position_embeddings, 2048), num_requests, seed=seed)
+    del probe
+    names = list(recipes) + (["hf-sequential", "hf-static-batch"] if hf_rows else [])
+    directory = None if model_dir is None else str(model_dir)
+    specs = [RowSpec(name, directory, max_num_seqs, num_requests, seed, hf_batch_size) for name in names]
+    rows = []
+    for stats, runs in run_rounds(specs, repeats, progress):
+        recipe = stats.pop("recipe")
+        rows.append(summarize(recipe, _fastest_run(runs), usd_per_hour, **stats))
     return rows
 
 

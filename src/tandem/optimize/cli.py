@@ -72,7 +72,7 @@ def profile_command(model_dir, recipe, batch_sizes, output, threads) -> None:
     type=click.IntRange(min=1),
     default=3,
     show_default=True,
-    help="timed runs per row after its warm-up; the fastest is reported (as timeit does)",
+    help="timed rounds, every row once per round (one process per row); each row's fastest run is reported",
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)
 def bench_command(
@@ -88,6 +88,7 @@ def bench_command(
     from tandem.model import ModelLoadError
     from tandem.optimize import RecipeError, parse_recipe
     from tandem.optimize.bench import DEFAULT_PRICE, rows_as_json, run_bench
+    from tandem.optimize.bench_workers import BenchWorkerError
 
     console = Console(stderr=True)
     price, source = (usd_per_hour, "given with --usd-per-hour") if usd_per_hour else DEFAULT_PRICE
@@ -109,7 +110,7 @@ def bench_command(
             progress=lambda what: console.log(f"running {what}"),
             repeats=repeats,
         )
-    except (ModelLoadError, RecipeError, ValueError, FileNotFoundError) as exc:
+    except (ModelLoadError, RecipeError, ValueError, FileNotFoundError, BenchWorkerError) as exc:
         raise click.ClickException(str(exc)) from None
     results = rows_as_json(rows)
     table = Table(title=f"tandem bench: {num_requests} requests, ${price}/h ({source})")
