@@ -40,7 +40,8 @@ def test_build_groups_fresh_prompts_and_decode_rows():
         assert batch.tokens[span].tolist() == row
         assert batch.positions[span].tolist() == list(range(start, start + len(row)))
         assert set(batch.slots[span].tolist()) == {slot}
-    assert batch.tokens[batch.last].tolist() == [7, 8, 9, 2]
+    last = [o + n - 1 for o, n in zip(batch.offsets, batch.lengths, strict=True)]
+    assert batch.tokens[last].tolist() == [7, 8, 9, 2]
 
 
 def test_build_refuses_empty_rows_and_shared_slots():

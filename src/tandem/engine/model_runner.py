@@ -18,7 +18,6 @@ class ModelRunner:
         self.cache = KVCache(module.config, num_slots, max_len, kv_dtype or module.dtype)
         self.sliding_window = module.config.sliding_window
 
-    @torch.inference_mode()
     def forward(self, tokens: list[list[int]], slots: list[int], starts: list[int], last_only: bool) -> torch.Tensor:
         """Run every row's new tokens in one forward pass; return float32 logits.
 
@@ -26,10 +25,11 @@ class ModelRunner:
         starts[i] tokens; rows may differ in length (prompt chunks beside decode tokens). Returns
         [B, V] for each row's last token if last_only, else [B, T, V] (rows of equal length T).
         """
-        batch = ForwardBatch.build(tokens, slots, starts, self.sliding_window)
-        hidden = self.module(batch.tokens, self.cache, batch)
-        hidden = hidden[batch.last] if last_only else hidden[batch.row_major()]
-        return self.module.logits(hidden)
+        if not last_only and any(len(row) != len(tokens[0]) for row in tokens):
+            raise ValueError("all positions of every row are available only when rows have equal lengths")
+        scored = [1 if last_only else len(row) for row in tokens]
+        logits = torch.stack(self.forward_scored(tokens, slots, starts, scored))
+        return logits[:, 0] if last_only else logits
 
     @torch.inference_mode()
     def forward_scored(

@@ -64,18 +64,6 @@ class ForwardBatch:
     offsets: list[int]  # flat index of each input row's first token, in input order
     lengths: list[int]  # each input row's number of new tokens, in input order
 
-    @property
-    def last(self) -> torch.Tensor:
-        """Flat index of each input row's last token."""
-        return torch.tensor([o + n - 1 for o, n in zip(self.offsets, self.lengths, strict=True)], dtype=torch.long)
-
-    def row_major(self) -> torch.Tensor:
-        """[B, T] flat indices of every token, in input order (rows of equal length only)."""
-        width = self.lengths[0]
-        if any(n != width for n in self.lengths):
-            raise ValueError("all positions of every row are available only when rows have equal lengths")
-        return torch.tensor(self.offsets, dtype=torch.long)[:, None] + torch.arange(width)[None, :]
-
     @staticmethod
     def build(
         tokens: list[list[int]], slots: list[int], starts: list[int], sliding_window: int | None = None
