@@ -17,6 +17,7 @@ class ModelRunner:
         pack_linears(module)  # weights into oneDNN's layout once: decode reads them at full bandwidth
         self.cache = KVCache(module.config, num_slots, max_len, kv_dtype or module.dtype)
         self.sliding_window = module.config.sliding_window
+        self.heads_per_kv = module.config.num_attention_heads // module.config.num_key_value_heads
 
     def forward(self, tokens: list[list[int]], slots: list[int], starts: list[int], last_only: bool) -> torch.Tensor:
         """Run every row's new tokens in one forward pass; return float32 logits.
@@ -40,7 +41,7 @@ class ModelRunner:
         One forward for rows that need different numbers of predictions: a prompt chunk needs its
         last, a row verifying k draft tokens needs k + 1.
         """
-        batch = ForwardBatch.build(tokens, slots, starts, self.sliding_window)
+        batch = ForwardBatch.build(tokens, slots, starts, self.sliding_window, self.heads_per_kv)
         hidden = self.module(batch.tokens, self.cache, batch)
         index = [
             i for o, n, m in zip(batch.offsets, batch.lengths, scored, strict=True) for i in range(o + n - m, o + n)

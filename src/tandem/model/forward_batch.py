@@ -52,7 +52,10 @@ class CachedGroup:
     slot_hi: int
     key_len: int
     rows: torch.Tensor | None  # [R] long: each row's index inside the slot range; None = the range itself
-    mask: torch.Tensor | None  # [span, 1, T, key_len] bool, True = attend; None = every key, every query
+    # [span, 1, G * T, key_len] bool, True = attend, query rows ordered (head within its kv group,
+    # position) as attention stacks them (G = query heads per kv head; 1 for T = 1, which
+    # broadcasts); None = every key, every query.
+    mask: torch.Tensor | None
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,15 @@ class ForwardBatch:
 
     @staticmethod
     def build(
-        tokens: list[list[int]], slots: list[int], starts: list[int], sliding_window: int | None = None
+        tokens: list[list[int]],
+        slots: list[int],
+        starts: list[int],
+        sliding_window: int | None = None,
+        heads_per_kv: int = 1,
     ) -> ForwardBatch:
         """tokens[i]: the new tokens of row i, which go into KV slot slots[i] after the starts[i]
-        tokens already there. Slots must be distinct."""
+        tokens already there. Slots must be distinct. heads_per_kv: the model's query heads per kv
+        head, so masks come in the shape attention uses (built once, not once per layer)."""
         if not tokens or any(not row for row in tokens):
             raise ValueError("every row needs at least one new token")
         if len(set(slots)) != len(slots):
@@ -108,6 +116,7 @@ class ForwardBatch:
                         [starts[i] for i in members],
                         len(tokens[members[0]]),
                         sliding_window,
+                        heads_per_kv,
                     )
                 )
         return ForwardBatch(
@@ -149,7 +158,7 @@ def _window_mask(num_new: int, window: int | None) -> torch.Tensor | None:
 
 
 def _cached_group(
-    lo: int, hi: int, slots: list[int], starts: list[int], num_new: int, window: int | None
+    lo: int, hi: int, slots: list[int], starts: list[int], num_new: int, window: int | None, heads_per_kv: int
 ) -> CachedGroup:
     positions = torch.tensor(starts, dtype=torch.long)[:, None] + torch.arange(num_new)[None, :]
     key_len = max(starts) + num_new
@@ -171,4 +180,6 @@ def _cached_group(
         mask = torch.zeros(slot_hi - slot_lo, 1, num_new, key_len, dtype=torch.bool)
         mask[:, :, :, 0] = True
         mask[slot_t - slot_lo, 0] = allowed
+    if num_new > 1 and heads_per_kv > 1:  # each position's mask once per query head of the kv group
+        mask = mask.unsqueeze(2).expand(-1, -1, heads_per_kv, -1, -1).reshape(mask.shape[0], 1, -1, key_len)
     return CachedGroup(lo, hi, len(slots), num_new, slot_lo, slot_hi, key_len, rows, mask)

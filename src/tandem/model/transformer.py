@@ -134,9 +134,6 @@ class Attention(nn.Module):
         # Stack the query heads that share a kv head (and their T positions) as that kv head's
         # queries: attention runs per kv head, with no expansion of keys and values (GQA for free).
         q = q.view(rows, t, kv, group_size, self.head_dim).permute(0, 2, 3, 1, 4).reshape(rows, kv, -1, self.head_dim)
-        mask = group.mask
-        if mask is not None and t > 1 and group_size > 1:  # each query row's mask, once per head of the group
-            mask = mask.unsqueeze(2).expand(-1, -1, group_size, -1, -1).reshape(mask.shape[0], 1, -1, mask.shape[-1])
         if group.rows is not None:
             full = q.new_zeros((hi - lo, *q.shape[1:]))
             full[group.rows] = q
@@ -144,7 +141,7 @@ class Attention(nn.Module):
         dtype = q.dtype
         if keys.dtype != dtype:  # a KV cache stored narrower than the activations (kv-bf16)
             q = q.to(keys.dtype)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask).to(dtype)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask).to(dtype)
         if group.rows is not None:
             out = out[group.rows]
         return out.view(rows, kv, group_size, t, self.head_dim).permute(0, 3, 1, 2, 4).reshape(rows * t, self.heads, -1)

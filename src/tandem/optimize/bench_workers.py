@@ -67,9 +67,8 @@ def _row_runner(spec: RowSpec):
     def stats() -> dict:
         out: dict = {"recipe": engine.recipe}
         if engine.speculator is not None:
-            drafted, accepted, rows = engine.num_drafted_tokens, engine.num_accepted_tokens, engine.num_spec_rows
-            out["acceptance_rate"] = accepted / drafted if drafted else 0.0
-            out["mean_acceptance_length"] = (accepted + rows) / rows if rows else 0.0
+            out["acceptance_rate"] = engine.acceptance_rate
+            out["mean_acceptance_length"] = engine.mean_acceptance_length
         return out
 
     return (lambda: _run_engine(engine, requests)), stats
