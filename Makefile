@@ -11,6 +11,7 @@ setup:
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
+	-$(BIN)/python -m tandem.kernels  # C kernels for this CPU; without a compiler, torch paths serve
 
 lint:
 	$(BIN)/ruff check src tests benchmarks

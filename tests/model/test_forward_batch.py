@@ -6,8 +6,9 @@ import transformers
 from tiny_models import save_tiny
 
 from tandem.engine.model_runner import ModelRunner
+from tandem.kernels import varlen_available
 from tandem.model import load_model
-from tandem.model.forward_batch import CachedGroup, ForwardBatch, split_long_rows
+from tandem.model.forward_batch import CachedGroup, ForwardBatch, FreshGroup, VarlenGroup, split_long_rows
 
 
 def test_split_long_rows_takes_out_a_long_row_among_short_ones():
@@ -44,6 +45,19 @@ def test_build_groups_fresh_prompts_and_decode_rows():
     assert batch.tokens[last].tolist() == [7, 8, 9, 2]
 
 
+def test_build_puts_every_short_cached_row_in_one_varlen_group():
+    rows = [[5, 6, 7], [8], [9, 1, 2], [4] * 40, [3]]
+    batch = ForwardBatch.build(rows, slots=[3, 0, 1, 5, 7], starts=[0, 10, 4, 100, 2], varlen=True)
+    varlen = next(g for g in batch.groups if isinstance(g, VarlenGroup))
+    # Rows 1, 2, 4 (decode and verification widths) in one call; the fresh prompt and the 40-token
+    # continuing chunk keep their own groups.
+    assert varlen.slots.tolist() == [0, 1, 7] and varlen.lengths.tolist() == [1, 3, 1]
+    assert varlen.starts.tolist() == [10, 4, 2] and varlen.offsets.tolist() == [0, 1, 4]
+    assert (varlen.lo, varlen.hi) == (0, 5)
+    assert sorted(type(g).__name__ for g in batch.groups) == ["CachedGroup", "FreshGroup", "VarlenGroup"]
+    assert isinstance(batch.groups[-1], FreshGroup)
+
+
 def test_build_refuses_empty_rows_and_shared_slots():
     with pytest.raises(ValueError, match="at least one new token"):
         ForwardBatch.build([[1], []], [0, 1], [0, 0])
@@ -51,8 +65,11 @@ def test_build_refuses_empty_rows_and_shared_slots():
         ForwardBatch.build([[1], [2]], [0, 0], [3, 4])
 
 
+@pytest.mark.parametrize(
+    "varlen", [False, pytest.param(True, marks=pytest.mark.skipif(not varlen_available(), reason="no C kernels"))]
+)
 @pytest.mark.parametrize("window", [None, 16])
-def test_ragged_forwards_match_transformers(tmp_path, window):
+def test_ragged_forwards_match_transformers(tmp_path, window, varlen):
     """Prompt chunks, continuing chunks and decode rows of very different lengths, mixed in each
     forward (with a long row attending on its own), give every row the logits transformers gives
     that sequence alone."""
@@ -65,7 +82,7 @@ def test_ragged_forwards_match_transformers(tmp_path, window):
     seqs = {slot: torch.randint(3, ours.config.vocab_size, (n,), generator=gen).tolist() for slot, n in lengths.items()}
     with torch.no_grad():
         expected = {slot: hf(torch.tensor([ids])).logits[0] for slot, ids in seqs.items()}
-    runner = ModelRunner(ours.module, num_slots=8, max_len=256)
+    runner = ModelRunner(ours.module, num_slots=8, max_len=256, varlen=varlen)
     # Per forward: slot -> how many tokens to feed next.
     schedule = [
         {0: 100, 2: 3, 3: 40, 6: 1},  # fresh prompts of several lengths, and a one-token prompt

@@ -1,5 +1,6 @@
 """int8: per-channel int8 Linear layers stay close to fp32; the LM head stays fp32 unless asked."""
 
+import pytest
 import torch
 
 from tandem.engine import Engine, EngineConfig, SamplingParams
@@ -69,3 +70,14 @@ def test_int8_layers_reuse_one_growing_input_buffer_in_any_mode():
     big = ref(x)  # outside inference mode, and past the buffer's first size
     assert torch.equal(big[:3], small)
     assert torch.allclose(big, linear(x), atol=0.05 * linear(x).abs().max().item())
+
+
+def test_fused_row_scaling_matches_the_torch_ops():
+    """The C kernels (one pass each side of the matmul) and the four torch ops quantize alike."""
+    layer = Int8Linear(torch.nn.Linear(96, 40))
+    if not layer.fused:
+        pytest.skip("C kernels not built on this machine")
+    x = torch.randn(37, 96, generator=torch.Generator().manual_seed(4)) * torch.logspace(-2, 2, 37)[:, None]
+    fused = layer(x)
+    layer.fused = False
+    torch.testing.assert_close(fused, layer(x), atol=1e-5, rtol=1e-5)

@@ -6,8 +6,10 @@ plus draft proposals to verify. Rows of any lengths share one forward: their tok
 attention is split into groups:
 
 - a fresh prompt (a row starting at position 0) attends causally over its own new keys;
-- rows with equally many new tokens read their keys from the cache together, over a contiguous
-  slot range, up to the longest row's length. A row much longer than the others gets its own group,
+- with the C kernels (tandem.kernels), every row of up to VARLEN_MAX_NEW new tokens reads its own
+  keys from the cache in one varlen call, whatever its length;
+- otherwise rows with equally many new tokens read their keys from the cache together, over a
+  contiguous slot range, up to the longest row's length. A row much longer than the others gets its own group,
   so the short rows do not read (and mask out) the long row's padding: decode attention reads the
   cache, and a few long sequences would otherwise set the bytes read for every row.
 
@@ -21,13 +23,24 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ForwardBatch", "FreshGroup", "CachedGroup", "split_long_rows", "SPLIT_CALL_KEYS"]
+__all__ = [
+    "ForwardBatch",
+    "FreshGroup",
+    "CachedGroup",
+    "VarlenGroup",
+    "split_long_rows",
+    "SPLIT_CALL_KEYS",
+    "VARLEN_MAX_NEW",
+]
 
 # What one extra attention call costs, in keys read: ~15 us of dispatch per call against ~27 ns per
 # key (both kv heads, head_dim 64, fp32) on the 2-core AVX-512 machine. Larger heads make keys
 # dearer, so this errs toward fewer calls.
 SPLIT_CALL_KEYS = 512
 _MAX_SPLITS = 8
+# Rows with more new tokens than this (prompt chunks after the first) go to SDPA, whose blocked
+# matmuls win once there are many queries per key; decode and verification rows are the varlen kernel's.
+VARLEN_MAX_NEW = 16
 
 
 @dataclass(frozen=True)
@@ -59,11 +72,24 @@ class CachedGroup:
 
 
 @dataclass(frozen=True)
+class VarlenGroup:
+    """Rows reading their own keys from the cache in one kernel call (tandem.kernels.varlen_attention):
+    flat tokens [lo, hi); row r's tokens start at lo + offsets[r] (all [R] long tensors)."""
+
+    lo: int
+    hi: int
+    offsets: torch.Tensor
+    lengths: torch.Tensor
+    slots: torch.Tensor
+    starts: torch.Tensor
+
+
+@dataclass(frozen=True)
 class ForwardBatch:
     tokens: torch.Tensor  # [N] long, flat
     positions: torch.Tensor  # [N] long: absolute position of each token
     slots: torch.Tensor  # [N] long: KV slot each token's keys and values are written to
-    groups: tuple[FreshGroup | CachedGroup, ...]
+    groups: tuple[FreshGroup | CachedGroup | VarlenGroup, ...]
     offsets: list[int]  # flat index of each input row's first token, in input order
     lengths: list[int]  # each input row's number of new tokens, in input order
 
@@ -74,21 +100,25 @@ class ForwardBatch:
         starts: list[int],
         sliding_window: int | None = None,
         heads_per_kv: int = 1,
+        varlen: bool = False,
     ) -> ForwardBatch:
         """tokens[i]: the new tokens of row i, which go into KV slot slots[i] after the starts[i]
         tokens already there. Slots must be distinct. heads_per_kv: the model's query heads per kv
-        head, so masks come in the shape attention uses (built once, not once per layer)."""
+        head, so masks come in the shape attention uses (built once, not once per layer). varlen: put
+        cached rows of up to VARLEN_MAX_NEW new tokens in one VarlenGroup (the C kernel is loaded)."""
         if not tokens or any(not row for row in tokens):
             raise ValueError("every row needs at least one new token")
         if len(set(slots)) != len(slots):
             raise ValueError("each row needs its own KV slot")
-        fresh, by_width = [], {}
+        fresh, by_width, own_keys = [], {}, []
         for i, row in enumerate(tokens):
             if starts[i] == 0 and len(row) > 1:
                 fresh.append(i)
+            elif varlen and len(row) <= VARLEN_MAX_NEW:
+                own_keys.append(i)
             else:
                 by_width.setdefault(len(row), []).append(i)
-        order: list[list[int]] = []  # groups of input rows, in flat order
+        order: list[list[int]] = [own_keys] if own_keys else []  # groups of input rows, in flat order
         for width, members in by_width.items():
             key_lens = [starts[i] + width for i in members]
             singles, rest = split_long_rows(key_lens, [slots[i] for i in members])
@@ -105,7 +135,11 @@ class ForwardBatch:
                 flat += tokens[i]
                 flat_pos += range(starts[i], starts[i] + len(tokens[i]))
                 flat_slot += [slots[i]] * len(tokens[i])
-            if len(members) == 1 and starts[members[0]] == 0 and len(tokens[members[0]]) > 1:
+            if members is own_keys:
+                groups.append(
+                    _varlen_group(lo, len(flat), [offsets[i] - lo for i in members], tokens, slots, starts, members)
+                )
+            elif len(members) == 1 and starts[members[0]] == 0 and len(tokens[members[0]]) > 1:
                 groups.append(FreshGroup(lo, len(flat), _window_mask(len(tokens[members[0]]), sliding_window)))
             else:
                 groups.append(
@@ -148,6 +182,26 @@ def split_long_rows(key_lens: list[int], slots: list[int], call_keys: int | None
         if cost < best_cost:
             best_j, best_cost = j, cost
     return by_len[:best_j], sorted(by_len[best_j:])
+
+
+def _varlen_group(
+    lo: int,
+    hi: int,
+    offsets: list[int],
+    tokens: list[list[int]],
+    slots: list[int],
+    starts: list[int],
+    members: list[int],
+) -> VarlenGroup:
+    as_long = lambda values: torch.tensor(values, dtype=torch.long)
+    return VarlenGroup(
+        lo,
+        hi,
+        as_long(offsets),
+        as_long([len(tokens[i]) for i in members]),
+        as_long([slots[i] for i in members]),
+        as_long([starts[i] for i in members]),
+    )
 
 
 def _window_mask(num_new: int, window: int | None) -> torch.Tensor | None:

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tandem.kernels import varlen_attention
 from tandem.model.config import ModelConfig
-from tandem.model.forward_batch import CachedGroup, ForwardBatch, FreshGroup
+from tandem.model.forward_batch import CachedGroup, ForwardBatch, FreshGroup, VarlenGroup
 from tandem.model.rope import apply_rope, rope_tables
 
 __all__ = ["Transformer", "KVCache"]
@@ -111,7 +112,7 @@ class Attention(nn.Module):
 
     def _attend(
         self,
-        group: FreshGroup | CachedGroup,
+        group: FreshGroup | CachedGroup | VarlenGroup,
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
@@ -119,6 +120,10 @@ class Attention(nn.Module):
         values: torch.Tensor,
     ) -> torch.Tensor:
         """One group's attention: q [T_group, heads, head_dim] -> [T_group, heads, head_dim]."""
+        if isinstance(group, VarlenGroup):
+            return varlen_attention(
+                q, keys, values, group.offsets, group.lengths, group.slots, group.starts, self.sliding_window
+            )
         gqa = self.heads != self.kv_heads
         if isinstance(group, FreshGroup):
             q, k, v = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from tandem.contracts import OptimizedModel
+from tandem.kernels import rows_to_unit, rowscale_available, scale_rows
 from tandem.model.loader import Model
 from tandem.optimize.precision import ensure_unpacked, with_dtype
 
@@ -65,6 +66,7 @@ class Int8Linear(nn.Module):
             self._packed = torch.ops.quantized.linear_prepack(qweight, None)
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.scratch = scratch or ActivationScratch()
+        self.fused = rowscale_available()  # one C pass each side of the matmul instead of four torch ops
         self.weight_bytes = self.out_features * self.in_features + self.out_features * 8
         if self.bias is not None:
             self.weight_bytes += self.bias.numel() * 4
@@ -78,13 +80,18 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if flat.dtype != torch.float32:
             flat = flat.float()
-        scale = flat.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)  # (vector_norm(inf) is 10x slower here)
         rows = self.scratch.rows(flat.shape[0], self.in_features)
-        torch.div(flat, scale, out=rows[1:])
-        out = torch.ops.quantized.linear_dynamic(rows, self._packed, reduce_range=False)[1:]
-        out.mul_(scale)  # fbgemm's fresh output: scaled in place, no extra copies
-        if self.bias is not None:
-            out.add_(self.bias)
+        if self.fused:
+            scale = rows_to_unit(flat, rows[1:])
+            out = torch.ops.quantized.linear_dynamic(rows, self._packed, reduce_range=False)[1:]
+            scale_rows(out, scale, self.bias)
+        else:
+            scale = flat.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)  # (vector_norm(inf): 10x slower)
+            torch.div(flat, scale, out=rows[1:])
+            out = torch.ops.quantized.linear_dynamic(rows, self._packed, reduce_range=False)[1:]
+            out.mul_(scale)  # fbgemm's fresh output: scaled in place, no extra copies
+            if self.bias is not None:
+                out.add_(self.bias)
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 

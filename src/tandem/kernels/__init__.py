@@ -1,0 +1,17 @@
+"""tandem's C kernels for the CPU (built on first use; pure-torch paths serve when unavailable)."""
+
+from tandem.kernels.attention import varlen_attention, varlen_available
+from tandem.kernels.build import KernelBuildError, cache_dir, kernels_enabled, load_library
+from tandem.kernels.rowscale import rows_to_unit, rowscale_available, scale_rows
+
+__all__ = [
+    "KernelBuildError",
+    "cache_dir",
+    "kernels_enabled",
+    "load_library",
+    "rows_to_unit",
+    "rowscale_available",
+    "scale_rows",
+    "varlen_attention",
+    "varlen_available",
+]

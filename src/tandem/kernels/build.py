@@ -1,0 +1,123 @@
+"""Compile tandem's C kernels for this CPU on first use, cache the library, load it through ctypes.
+
+Why C through ctypes: torch's varlen attention is CUDA-only and Intel's extension (the CPU one)
+stopped at torch 2.8, so nothing installable reads each sequence's own keys from a KV cache on a
+CPU. A plain C file with no torch headers compiles in about a second with the system compiler, at
+-march=native, so one build fits the machine it serves (the cache key holds the CPU's flags).
+
+Disabled with TANDEM_KERNELS=torch (every caller then runs its pure-torch path). A missing or
+failing compiler is reported once, as a warning, and the torch paths serve.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch  # noqa: F401  (loads torch's OpenMP runtime first, so the kernels share its thread pool)
+
+__all__ = ["load_library", "kernels_enabled", "cache_dir", "KernelBuildError", "SOURCE"]
+
+SOURCE = Path(__file__).with_name("csrc") / "cpu_kernels.c"
+# -ffast-math at compile time only: it lets loops call glibc's vectorised expf (libmvec). Linked with
+# it, gcc adds crtfastmath.o, which turns on flush-to-zero for the whole process when the library
+# loads and silently changes every other computation's denormals (5e-324 would read as 0.0).
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC"]
+LINK_FLAGS = ["-shared", "-fopenmp"]
+LIBS = ["-lmvec", "-lm"]
+
+_P, _I, _INT, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+_SIGNATURES = {
+    "tandem_varlen_attention": [_P, _I, _P, _P, _P, _INT, _I, _P, _P, _P, _P, _INT, _INT, _INT, _I, _I, _F],
+    "tandem_rows_to_unit": [_P, _I, _I, _I, _P, _P],
+    "tandem_scale_rows": [_P, _I, _I, _P, _P],
+}
+
+
+class KernelBuildError(RuntimeError):
+    """The C kernels could not be compiled or loaded; the message holds the compiler's output."""
+
+
+def kernels_enabled() -> bool:
+    return os.environ.get("TANDEM_KERNELS", "c").lower() not in ("torch", "off", "0", "none")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TANDEM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tandem"
+    )
+    return Path(root) / "kernels"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return ""
+
+
+def _compiler() -> str:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise KernelBuildError("no C compiler found (set CC, or install gcc)")
+    return compiler
+
+
+def build(target: Path | None = None) -> Path:
+    """Compile the kernels (if this source, compiler and CPU have no build yet); return the library."""
+    compiler = _compiler()
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(
+        b"\0".join([source, " ".join(FLAGS + LINK_FLAGS + LIBS).encode(), compiler.encode(), _cpu_flags().encode()])
+    )
+    target = target or cache_dir() / f"tandem_cpu_{key.hexdigest()[:16]}.so"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename: processes starting together never load a half-written file.
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    obj = tmp[:-3] + ".o"
+    try:
+        for command in (
+            [compiler, *FLAGS, "-c", "-o", obj, str(SOURCE)],
+            [compiler, *LINK_FLAGS, "-o", tmp, obj, *LIBS],
+        ):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                detail = f":\n{done.stderr.strip()}" if done.stderr.strip() else ""
+                raise KernelBuildError(
+                    f"compiling {SOURCE.name} with {compiler} failed (exit {done.returncode}){detail}"
+                )
+        os.replace(tmp, target)
+    finally:
+        for leftover in (tmp, obj):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+    return target
+
+
+@functools.cache
+def load_library() -> ctypes.CDLL | None:
+    """The compiled kernels, or None when disabled or unbuildable (warned once)."""
+    if not kernels_enabled():
+        return None
+    try:
+        library = ctypes.CDLL(str(build()))
+    except (KernelBuildError, OSError, subprocess.SubprocessError) as exc:
+        warnings.warn(f"tandem C kernels unavailable, using torch paths: {exc}", RuntimeWarning, stacklevel=2)
+        return None
+    for name, argtypes in _SIGNATURES.items():
+        function = getattr(library, name)
+        function.argtypes, function.restype = argtypes, None
+    return library

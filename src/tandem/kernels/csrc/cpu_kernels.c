@@ -1,0 +1,166 @@
+/* tandem's CPU kernels: plain C + OpenMP, loaded through ctypes (tandem/kernels/build.py).
+ *
+ * No torch headers: tensors arrive as data pointers with their strides, so this file compiles in
+ * about a second and links against the OpenMP runtime torch already loaded (same soname, same
+ * thread pool: no second set of spinning threads).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define TILE 128   /* keys per online-softmax tile: scores stay in L1 */
+#define QMAX 64    /* queries per (row, kv head) block; more are processed in blocks */
+#define DMAX 256   /* largest head_dim supported */
+/* Masked scores: finite, so -ffast-math (which assumes no infinities) stays correct. */
+#define MASKED (-1e30f)
+
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Key or value row j of one kv head, as floats. */
+static inline const float *load_row(const void *base, int bf16, int64_t index, int d, float *buf) {
+    if (!bf16) return (const float *)base + index;
+    const uint16_t *src = (const uint16_t *)base + index;
+#pragma omp simd
+    for (int i = 0; i < d; i++) buf[i] = bf16_to_float(src[i]);
+    return buf;
+}
+
+/* Attention of new query tokens over a KV cache, each row reading only its own keys (varlen).
+ *
+ * Row r has row_lens[r] new tokens at flat indices row_offsets[r].. (queries q[n, h, :] with
+ * q_token_stride floats between tokens and head_dim between heads), sitting at positions
+ * row_starts[r].. of KV slot row_slots[r]; its keys and values are already in the cache
+ * ([slots, kv_heads, max_len, head_dim], fp32 or bf16). Token t attends causally to keys
+ * [lo, row_starts[r] + t], lo = 0 or the sliding window's start. Query head h reads kv head
+ * h / (heads / kv_heads). Output: out[n, h, :] contiguous, fp32.
+ *
+ * One work item per (row, kv head): its keys are read once for all of its query heads and
+ * tokens (GQA without expanding keys), with an online softmax over tiles of TILE keys.
+ */
+void tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, const void *k_cache,
+                             const void *v_cache, int cache_bf16, int64_t num_rows, const int64_t *row_offsets,
+                             const int64_t *row_lens, const int64_t *row_slots, const int64_t *row_starts,
+                             int heads, int kv_heads, int head_dim, int64_t max_len, int64_t window, float scale) {
+    const int group = heads / kv_heads;
+    const int d = head_dim;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t item = 0; item < num_rows * kv_heads; item++) {
+        const int64_t r = item / kv_heads;
+        const int kvh = (int)(item % kv_heads);
+        const int64_t cache_base = (row_slots[r] * kv_heads + kvh) * max_len * d;
+        const int64_t num_queries = row_lens[r] * group;
+        float qs[QMAX][DMAX], acc[QMAX][DMAX], scores[QMAX][TILE];
+        float row_max[QMAX], row_sum[QMAX];
+        float kbuf[DMAX], vbuf[DMAX];
+        int64_t qpos[QMAX], qlo[QMAX];
+        for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
+            const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
+            int64_t key_hi = 0, key_lo = INT64_MAX;
+            for (int i = 0; i < nq; i++) {
+                /* queries ordered token-major: (t, g) */
+                const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+                const float *src = q + (row_offsets[r] + t) * q_token_stride + (kvh * group + g) * d;
+#pragma omp simd
+                for (int k = 0; k < d; k++) qs[i][k] = src[k] * scale;
+                qpos[i] = row_starts[r] + t;
+                qlo[i] = window > 0 && qpos[i] - window + 1 > 0 ? qpos[i] - window + 1 : 0;
+                if (qpos[i] + 1 > key_hi) key_hi = qpos[i] + 1;
+                if (qlo[i] < key_lo) key_lo = qlo[i];
+                row_max[i] = MASKED;
+                row_sum[i] = 0.0f;
+                memset(acc[i], 0, sizeof(float) * d);
+            }
+            for (int64_t j0 = key_lo; j0 < key_hi; j0 += TILE) {
+                const int nk = (int)(key_hi - j0 < TILE ? key_hi - j0 : TILE);
+                for (int j = 0; j < nk; j++) {
+                    const float *kr = load_row(k_cache, cache_bf16, cache_base + (j0 + j) * d, d, kbuf);
+                    for (int i = 0; i < nq; i++) {
+                        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                        for (int k = 0; k < d; k++) dot += qs[i][k] * kr[k];
+                        const int64_t key = j0 + j;
+                        scores[i][j] = (key > qpos[i] || key < qlo[i]) ? MASKED : dot;
+                    }
+                }
+                for (int i = 0; i < nq; i++) {
+                    float tile_max = MASKED;
+                    for (int j = 0; j < nk; j++) tile_max = scores[i][j] > tile_max ? scores[i][j] : tile_max;
+                    if (tile_max <= MASKED) { /* every key of this tile masked for query i */
+                        memset(scores[i], 0, sizeof(float) * nk);
+                        continue;
+                    }
+                    const float new_max = tile_max > row_max[i] ? tile_max : row_max[i];
+                    const float correction = expf(row_max[i] - new_max);
+                    float tile_sum = 0.0f;
+#pragma omp simd reduction(+ : tile_sum)
+                    for (int j = 0; j < nk; j++) {
+                        const float p = expf(scores[i][j] - new_max);
+                        scores[i][j] = p;
+                        tile_sum += p;
+                    }
+                    row_sum[i] = row_sum[i] * correction + tile_sum;
+                    row_max[i] = new_max;
+                    if (correction != 1.0f) {
+#pragma omp simd
+                        for (int k = 0; k < d; k++) acc[i][k] *= correction;
+                    }
+                }
+                for (int j = 0; j < nk; j++) {
+                    const float *vr = load_row(v_cache, cache_bf16, cache_base + (j0 + j) * d, d, vbuf);
+                    for (int i = 0; i < nq; i++) {
+                        const float p = scores[i][j];
+                        if (p == 0.0f) continue;
+#pragma omp simd
+                        for (int k = 0; k < d; k++) acc[i][k] += p * vr[k];
+                    }
+                }
+            }
+            for (int i = 0; i < nq; i++) {
+                const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+                float *dst = out + ((row_offsets[r] + t) * heads + kvh * group + g) * d;
+                const float inv = row_sum[i] > 0.0f ? 1.0f / row_sum[i] : 0.0f;
+#pragma omp simd
+                for (int k = 0; k < d; k++) dst[k] = acc[i][k] * inv;
+            }
+        }
+    }
+}
+
+/* int8 activation prep: each row of x ([rows, width], x_stride floats apart) divided by its
+ * max |x| into dst ([rows, width], contiguous); the max goes to scale[r] (at least 1e-30). */
+void tandem_rows_to_unit(const float *x, int64_t x_stride, int64_t rows, int64_t width, float *dst, float *scale) {
+#pragma omp parallel for schedule(static) if (rows * width >= 65536)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *src = x + r * x_stride;
+        float m = 0.0f;
+#pragma omp simd reduction(max : m)
+        for (int64_t k = 0; k < width; k++) m = fabsf(src[k]) > m ? fabsf(src[k]) : m;
+        m = m > 1e-30f ? m : 1e-30f;
+        scale[r] = m;
+        const float inv = 1.0f / m;
+        float *o = dst + r * width;
+#pragma omp simd
+        for (int64_t k = 0; k < width; k++) o[k] = src[k] * inv;
+    }
+}
+
+/* y[r, :] = y[r, :] * scale[r] (+ bias), in place; y is [rows, width] contiguous. */
+void tandem_scale_rows(float *y, int64_t rows, int64_t width, const float *scale, const float *bias) {
+#pragma omp parallel for schedule(static) if (rows * width >= 65536)
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = y + r * width;
+        const float s = scale[r];
+        if (bias) {
+#pragma omp simd
+            for (int64_t k = 0; k < width; k++) o[k] = o[k] * s + bias[k];
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < width; k++) o[k] *= s;
+        }
+    }
+}

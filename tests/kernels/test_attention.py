@@ -1,0 +1,90 @@
+"""The varlen attention kernel against torch's SDPA, one row at a time with an explicit mask."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tandem.kernels import varlen_attention, varlen_available
+
+pytestmark = pytest.mark.skipif(not varlen_available(), reason="C kernels not built on this machine")
+
+
+def reference(q, keys, values, rows, window):
+    out = []
+    for offset, length, slot, start in rows:
+        group = q.shape[1] // keys.shape[1]
+        k = keys[slot, :, : start + length].float().repeat_interleave(group, 0)
+        v = values[slot, :, : start + length].float().repeat_interleave(group, 0)
+        pos = torch.arange(start, start + length)[:, None]
+        key = torch.arange(start + length)[None, :]
+        mask = key <= pos
+        if window:
+            mask &= key > pos - window
+        qq = q[offset : offset + length].float().transpose(0, 1)
+        out.append(F.scaled_dot_product_attention(qq, k, v, attn_mask=mask).transpose(0, 1))
+    return torch.cat(out)
+
+
+def run_case(rows_spec, heads, kv_heads, head_dim, cache_dtype, window, strided_q=True):
+    gen = torch.Generator().manual_seed(len(rows_spec) * 31 + heads)
+    num_slots, max_len = 12, 600
+    keys = torch.randn(num_slots, kv_heads, max_len, head_dim, generator=gen).to(cache_dtype)
+    values = torch.randn(num_slots, kv_heads, max_len, head_dim, generator=gen).to(cache_dtype)
+    total = sum(length for length, _, _ in rows_spec)
+    if strided_q:  # q as the model has it: a view into the fused q|k|v projection
+        q = torch.randn(total, heads + 2 * kv_heads, head_dim, generator=gen)[:, :heads]
+    else:
+        q = torch.randn(total, heads, head_dim, generator=gen)
+    rows, offset = [], 0
+    for length, slot, start in rows_spec:
+        rows.append((offset, length, slot, start))
+        offset += length
+    as_long = lambda i: torch.tensor([r[i] for r in rows], dtype=torch.long)
+    got = varlen_attention(q, keys, values, as_long(0), as_long(1), as_long(2), as_long(3), window)
+    torch.testing.assert_close(got, reference(q, keys, values, rows, window), atol=2e-5, rtol=1e-4)
+
+
+# (new tokens, slot, keys already cached)
+MIXED = [(1, 3, 10), (1, 7, 300), (4, 1, 50), (1, 0, 0), (3, 11, 127), (1, 5, 598), (16, 9, 200)]
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads,kv_heads", [(6, 2), (4, 4), (8, 1)])
+def test_mixed_rows_match_sdpa(cache_dtype, heads, kv_heads):
+    run_case(MIXED, heads, kv_heads, 64, cache_dtype, window=None)
+
+
+@pytest.mark.parametrize("window", [1, 7, 64, 200])
+def test_sliding_window_matches_sdpa(window):
+    """Windows shorter than a key tile leave whole tiles masked for some queries."""
+    run_case(MIXED, 6, 2, 64, torch.float32, window)
+
+
+def test_other_head_dims_and_contiguous_queries():
+    run_case([(1, 0, 40), (2, 4, 9)], 4, 2, 128, torch.bfloat16, None, strided_q=False)
+    run_case([(5, 2, 31)], 2, 1, 32, torch.float32, 5)
+
+
+def test_bfloat16_queries_come_back_in_bfloat16():
+    keys = values = torch.randn(2, 1, 16, 8)
+    q = torch.randn(3, 2, 8).to(torch.bfloat16)
+    idx = torch.tensor([0]), torch.tensor([3]), torch.tensor([1]), torch.tensor([2])
+    out = varlen_attention(q, keys, values, *idx)
+    assert out.dtype == torch.bfloat16 and out.shape == (3, 2, 8)
+    # The first token sees keys 0..2 of slot 1 only: a softmax-weighted mix of those values.
+    weights = torch.softmax(q[0].float() @ keys[1, 0, :3].T / math.sqrt(8), dim=-1)
+    torch.testing.assert_close(out[0].float(), weights @ values[1, 0, :3], atol=2e-2, rtol=2e-2)
+
+
+def test_rejects_caches_it_cannot_read():
+    q = torch.randn(1, 2, 8)
+    idx = [torch.tensor([v]) for v in (0, 1, 0, 0)]
+    with pytest.raises(TypeError, match="float32 or bfloat16"):
+        varlen_attention(
+            q, torch.zeros(1, 1, 4, 8, dtype=torch.float16), torch.zeros(1, 1, 4, 8, dtype=torch.float16), *idx
+        )
+    with pytest.raises(ValueError, match="contiguous"):
+        cache = torch.zeros(1, 1, 8, 8)[:, :, ::2]
+        varlen_attention(q, cache, cache, *idx)
