@@ -47,7 +47,7 @@ def test_build_groups_fresh_prompts_and_decode_rows():
 
 def test_build_puts_every_short_cached_row_in_one_varlen_group():
     rows = [[5, 6, 7], [8], [9, 1, 2], [4] * 40, [3]]
-    batch = ForwardBatch.build(rows, slots=[3, 0, 1, 5, 7], starts=[0, 10, 4, 100, 2], varlen=True)
+    batch = ForwardBatch.build(rows, slots=[3, 0, 1, 5, 7], starts=[0, 10, 4, 100, 2], kernels=True)
     varlen = next(g for g in batch.groups if isinstance(g, VarlenGroup))
     # Rows 1, 2, 4 (decode and verification widths) in one call; the fresh prompt and the 40-token
     # continuing chunk keep their own groups.
@@ -66,10 +66,10 @@ def test_build_refuses_empty_rows_and_shared_slots():
 
 
 @pytest.mark.parametrize(
-    "varlen", [False, pytest.param(True, marks=pytest.mark.skipif(not varlen_available(), reason="no C kernels"))]
+    "kernels", [False, pytest.param(True, marks=pytest.mark.skipif(not varlen_available(), reason="no C kernels"))]
 )
 @pytest.mark.parametrize("window", [None, 16])
-def test_ragged_forwards_match_transformers(tmp_path, window, varlen):
+def test_ragged_forwards_match_transformers(tmp_path, window, kernels):
     """Prompt chunks, continuing chunks and decode rows of very different lengths, mixed in each
     forward (with a long row attending on its own), give every row the logits transformers gives
     that sequence alone."""
@@ -82,7 +82,7 @@ def test_ragged_forwards_match_transformers(tmp_path, window, varlen):
     seqs = {slot: torch.randint(3, ours.config.vocab_size, (n,), generator=gen).tolist() for slot, n in lengths.items()}
     with torch.no_grad():
         expected = {slot: hf(torch.tensor([ids])).logits[0] for slot, ids in seqs.items()}
-    runner = ModelRunner(ours.module, num_slots=8, max_len=256, varlen=varlen)
+    runner = ModelRunner(ours.module, num_slots=8, max_len=256, kernels=kernels)
     # Per forward: slot -> how many tokens to feed next.
     schedule = [
         {0: 100, 2: 3, 3: 40, 6: 1},  # fresh prompts of several lengths, and a one-token prompt

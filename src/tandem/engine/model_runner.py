@@ -19,17 +19,17 @@ class ModelRunner:
         num_slots: int,
         max_len: int,
         kv_dtype: torch.dtype | None = None,
-        varlen: bool | None = None,
+        kernels: bool | None = None,
     ) -> None:
         self.module = module
         pack_linears(module)  # weights into oneDNN's layout once: decode reads them at full bandwidth
         self.cache = KVCache(module.config, num_slots, max_len, kv_dtype or module.dtype)
         self.sliding_window = module.config.sliding_window
         self.heads_per_kv = module.config.num_attention_heads // module.config.num_key_value_heads
-        # Decode and verification rows read only their own keys, in one call, through the C kernel
-        # (varlen=None: whenever it loads; False: torch's SDPA over slot ranges).
+        # The C kernels (kernels=None: whenever they load; False: torch only): decode and verification
+        # rows read only their own keys, in one call, and float32 layers fuse their small ops.
         readable = self.cache.k[0].dtype in (torch.float32, torch.bfloat16)
-        self.varlen = readable and varlen_available() if varlen is None else varlen and readable
+        self.kernels = readable and varlen_available() if kernels is None else kernels and readable
 
     def forward(self, tokens: list[list[int]], slots: list[int], starts: list[int], last_only: bool) -> torch.Tensor:
         """Run every row's new tokens in one forward pass; return float32 logits.
@@ -53,7 +53,7 @@ class ModelRunner:
         One forward for rows that need different numbers of predictions: a prompt chunk needs its
         last, a row verifying k draft tokens needs k + 1.
         """
-        batch = ForwardBatch.build(tokens, slots, starts, self.sliding_window, self.heads_per_kv, self.varlen)
+        batch = ForwardBatch.build(tokens, slots, starts, self.sliding_window, self.heads_per_kv, self.kernels)
         hidden = self.module(batch.tokens, self.cache, batch)
         index = [
             i for o, n, m in zip(batch.offsets, batch.lengths, scored, strict=True) for i in range(o + n - m, o + n)

@@ -2,11 +2,16 @@
 
 from tandem.kernels.attention import varlen_attention, varlen_available
 from tandem.kernels.build import KernelBuildError, cache_dir, kernels_enabled, load_library
+from tandem.kernels.fused import fused_available, rms_norm, rope_and_cache, silu_mul
 from tandem.kernels.rowscale import rows_to_unit, rowscale_available, scale_rows
 
 __all__ = [
     "KernelBuildError",
     "cache_dir",
+    "fused_available",
+    "rms_norm",
+    "rope_and_cache",
+    "silu_mul",
     "kernels_enabled",
     "load_library",
     "rows_to_unit",

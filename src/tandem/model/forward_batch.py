@@ -92,6 +92,7 @@ class ForwardBatch:
     groups: tuple[FreshGroup | CachedGroup | VarlenGroup, ...]
     offsets: list[int]  # flat index of each input row's first token, in input order
     lengths: list[int]  # each input row's number of new tokens, in input order
+    kernels: bool = False  # the C kernels serve this forward: varlen attention and fused float32 layer ops
 
     @staticmethod
     def build(
@@ -100,12 +101,13 @@ class ForwardBatch:
         starts: list[int],
         sliding_window: int | None = None,
         heads_per_kv: int = 1,
-        varlen: bool = False,
+        kernels: bool = False,
     ) -> ForwardBatch:
         """tokens[i]: the new tokens of row i, which go into KV slot slots[i] after the starts[i]
         tokens already there. Slots must be distinct. heads_per_kv: the model's query heads per kv
-        head, so masks come in the shape attention uses (built once, not once per layer). varlen: put
-        cached rows of up to VARLEN_MAX_NEW new tokens in one VarlenGroup (the C kernel is loaded)."""
+        head, so masks come in the shape attention uses (built once, not once per layer). kernels: the
+        C kernels are loaded: cached rows of up to VARLEN_MAX_NEW new tokens go in one VarlenGroup, and
+        the layers use the fused float32 ops."""
         if not tokens or any(not row for row in tokens):
             raise ValueError("every row needs at least one new token")
         if len(set(slots)) != len(slots):
@@ -114,7 +116,7 @@ class ForwardBatch:
         for i, row in enumerate(tokens):
             if starts[i] == 0 and len(row) > 1:
                 fresh.append(i)
-            elif varlen and len(row) <= VARLEN_MAX_NEW:
+            elif kernels and len(row) <= VARLEN_MAX_NEW:
                 own_keys.append(i)
             else:
                 by_width.setdefault(len(row), []).append(i)
@@ -160,6 +162,7 @@ class ForwardBatch:
             groups=tuple(groups),
             offsets=offsets,
             lengths=[len(row) for row in tokens],
+            kernels=kernels,
         )
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tandem.kernels import varlen_attention
+from tandem.kernels import rms_norm, rope_and_cache, silu_mul, varlen_attention
 from tandem.model.config import ModelConfig
 from tandem.model.forward_batch import CachedGroup, ForwardBatch, FreshGroup, VarlenGroup
 from tandem.model.rope import apply_rope, rope_tables
@@ -47,6 +47,10 @@ class RMSNorm(nn.Module):
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
 
+    def fused(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The C kernel (float32, inference): with residual, x += residual in place first."""
+        return rms_norm(x, self.weight, self.eps, residual)
+
 
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig, layer: int) -> None:
@@ -76,14 +80,23 @@ class Attention(nn.Module):
         n = x.shape[0]  # flat tokens of every row
         qkv = self.qkv_proj(x)
         q_dim, kv_dim, _ = self.split
-        # q and k sit side by side in the fused output: rotate both in one pass.
-        qk = apply_rope(qkv[:, : q_dim + kv_dim].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
-        q, k = qk[:, : self.heads], qk[:, self.heads :]
-        v = qkv[:, q_dim + kv_dim :].view(n, self.kv_heads, self.head_dim)
-        # Advanced indices around a slice: the indexed view is [N, kv_heads, head_dim], k's layout.
         keys, values = cache.k[self.layer], cache.v[self.layer]
-        keys[batch.slots, :, batch.positions] = k.to(keys.dtype)
-        values[batch.slots, :, batch.positions] = v.to(values.dtype)
+        if batch.kernels and qkv.dtype == torch.float32:
+            # One C pass: rotate q and k in place, store k and v in the cache.
+            rope_and_cache(
+                qkv, cos.view(n, -1), sin.view(n, -1), batch.positions, batch.slots, keys, values, self.heads
+            )
+            q = qkv[:, :q_dim].view(n, self.heads, self.head_dim)
+            k = qkv[:, q_dim : q_dim + kv_dim].view(n, self.kv_heads, self.head_dim)
+        else:
+            # q and k sit side by side in the fused output: rotate both in one pass.
+            qk = apply_rope(qkv[:, : q_dim + kv_dim].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
+            q, k = qk[:, : self.heads], qk[:, self.heads :]
+        v = qkv[:, q_dim + kv_dim :].view(n, self.kv_heads, self.head_dim)
+        if not (batch.kernels and qkv.dtype == torch.float32):
+            # Advanced indices around a slice: the indexed view is [N, kv_heads, head_dim], k's layout.
+            keys[batch.slots, :, batch.positions] = k.to(keys.dtype)
+            values[batch.slots, :, batch.positions] = v.to(values.dtype)
         if len(batch.groups) == 1:
             out = self._attend(batch.groups[0], q, k, v, keys, values)
         else:
@@ -159,8 +172,11 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+    def forward(self, x: torch.Tensor, fused: bool = False) -> torch.Tensor:
+        gate_up = self.gate_up_proj(x)
+        if fused and gate_up.dtype == torch.float32:
+            return self.down_proj(silu_mul(gate_up))
+        gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -173,6 +189,11 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cos, sin, cache, batch):
+        if batch is not None and batch.kernels and x.dtype == torch.float32:
+            # Fused: the attention output becomes the residual stream (x added in place) as it is normed.
+            attn = self.self_attn(self.input_layernorm.fused(x), cos, sin, cache, batch)
+            hidden = self.post_attention_layernorm.fused(attn, residual=x)
+            return self.mlp(hidden, fused=True).add_(attn)
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, batch)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -228,6 +249,8 @@ class Transformer(nn.Module):
         sin = self.rope_sin[positions].to(x.dtype).unsqueeze(-2)
         for layer in self.layers:
             x = layer(x, cos, sin, cache, batch)
+        if batch is not None and batch.kernels and x.dtype == torch.float32:
+            return self.norm.fused(x)
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -164,3 +164,84 @@ void tandem_scale_rows(float *y, int64_t rows, int64_t width, const float *scale
         }
     }
 }
+
+/* float -> bfloat16, round to nearest even (as torch's .to(torch.bfloat16)); NaN stays NaN. */
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+/* One pass over a fused q|k|v projection ([n, (heads + 2 kv_heads) * head_dim], qkv_stride floats
+ * between tokens): rotate q and k in place (rotate-half RoPE with this token's cos/sin rows,
+ * [n, head_dim] each), then store k and v in the KV cache at (slots[t], kv head, positions[t]).
+ * Replaces torch's cat/neg/mul/mul/add and two index_put calls per layer. */
+void tandem_rope_and_cache(float *qkv, int64_t qkv_stride, int64_t n, const float *cos, const float *sin,
+                           const int64_t *positions, const int64_t *slots, void *k_cache, void *v_cache,
+                           int cache_bf16, int heads, int kv_heads, int head_dim, int64_t max_len) {
+    const int half = head_dim / 2;
+#pragma omp parallel for schedule(static) if (n >= 64)
+    for (int64_t t = 0; t < n; t++) {
+        float *row = qkv + t * qkv_stride;
+        const float *c = cos + t * head_dim, *s = sin + t * head_dim;
+        for (int h = 0; h < heads + kv_heads; h++) {
+            float *x = row + h * head_dim;
+#pragma omp simd
+            for (int i = 0; i < half; i++) {
+                const float x1 = x[i], x2 = x[i + half];
+                x[i] = x1 * c[i] - x2 * s[i];
+                x[i + half] = x2 * c[i + half] + x1 * s[i + half];
+            }
+        }
+        for (int h = 0; h < kv_heads; h++) {
+            const int64_t at = ((slots[t] * kv_heads + h) * max_len + positions[t]) * head_dim;
+            const float *k = row + (heads + h) * head_dim, *v = row + (heads + kv_heads + h) * head_dim;
+            if (cache_bf16) {
+                uint16_t *kd = (uint16_t *)k_cache + at, *vd = (uint16_t *)v_cache + at;
+                for (int i = 0; i < head_dim; i++) {
+                    kd[i] = float_to_bf16(k[i]);
+                    vd[i] = float_to_bf16(v[i]);
+                }
+            } else {
+                memcpy((float *)k_cache + at, k, sizeof(float) * head_dim);
+                memcpy((float *)v_cache + at, v, sizeof(float) * head_dim);
+            }
+        }
+    }
+}
+
+/* RMSNorm of each row of x ([rows, width], contiguous) into out; with residual != NULL, first
+ * x += residual in place (the residual stream's add, fused: vLLM's fused_add_rms_norm). Sums in
+ * float32 like torch. */
+void tandem_rms_norm(float *x, const float *residual, const float *weight, float *out, int64_t rows, int64_t width,
+                     float eps) {
+#pragma omp parallel for schedule(static) if (rows * width >= 65536)
+    for (int64_t r = 0; r < rows; r++) {
+        float *xr = x + r * width;
+        if (residual) {
+            const float *res = residual + r * width;
+#pragma omp simd
+            for (int64_t k = 0; k < width; k++) xr[k] += res[k];
+        }
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t k = 0; k < width; k++) sum += xr[k] * xr[k];
+        const float inv = 1.0f / sqrtf(sum / (float)width + eps);
+        float *o = out + r * width;
+#pragma omp simd
+        for (int64_t k = 0; k < width; k++) o[k] = xr[k] * inv * weight[k];
+    }
+}
+
+/* SwiGLU's middle: out[r, k] = silu(gate_up[r, k]) * gate_up[r, inter + k]; gate_up [rows, 2 inter]. */
+void tandem_silu_mul(const float *gate_up, float *out, int64_t rows, int64_t inter) {
+#pragma omp parallel for schedule(static) if (rows * inter >= 65536)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gate_up + r * 2 * inter, *u = g + inter;
+        float *o = out + r * inter;
+#pragma omp simd
+        for (int64_t k = 0; k < inter; k++) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+    }
+}
