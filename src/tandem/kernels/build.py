@@ -26,10 +26,14 @@ import torch  # noqa: F401  (loads torch's OpenMP runtime first, so the kernels 
 __all__ = ["load_library", "kernels_enabled", "cache_dir", "KernelBuildError", "SOURCE"]
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_kernels.c"
-# -ffast-math at compile time only: it lets loops call glibc's vectorised expf (libmvec). Linked with
-# it, gcc adds crtfastmath.o, which turns on flush-to-zero for the whole process when the library
-# loads and silently changes every other computation's denormals (5e-324 would read as 0.0).
-FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC"]
+# The int8 kernel's quantization must round exactly as fbgemm does: no -ffast-math there.
+EXACT_SOURCE = SOURCE.with_name("int8_gemv.c")
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC"]
+# -ffast-math at compile time only, and only for cpu_kernels.c: it lets loops call glibc's
+# vectorised expf (libmvec). Linked with it, gcc adds crtfastmath.o, which turns on flush-to-zero
+# for the whole process when the library loads and silently changes every other computation's
+# denormals (5e-324 would read as 0.0).
+FAST_FLAGS = ["-ffast-math"]
 LINK_FLAGS = ["-shared", "-fopenmp"]
 LIBS = ["-lmvec", "-lm"]
 
@@ -41,7 +45,11 @@ _SIGNATURES = {
     "tandem_rope_and_cache": [_P, _I, _I, _P, _P, _P, _P, _P, _P, _INT, _INT, _INT, _INT, _I],
     "tandem_rms_norm": [_P, _P, _P, _P, _I, _I, _F],
     "tandem_silu_mul": [_P, _P, _I, _I],
+    "tandem_int8_gemv": [_P, _I, _I, _I, _P, _P, _P, _F, _F, ctypes.c_int32, _P, _I],
+    "tandem_int8_gemv_fast": [],
+    "tandem_int8_linear_small": [_P, _I, _I, _I, _P, _P, _P, _F, _F, ctypes.c_int32, _P, _P, _I],
 }
+_RESTYPES = {name: ctypes.c_int for name in ("tandem_int8_gemv", "tandem_int8_gemv_fast", "tandem_int8_linear_small")}
 
 
 class KernelBuildError(RuntimeError):
@@ -79,10 +87,9 @@ def _compiler() -> str:
 def build(target: Path | None = None) -> Path:
     """Compile the kernels (if this source, compiler and CPU have no build yet); return the library."""
     compiler = _compiler()
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(
-        b"\0".join([source, " ".join(FLAGS + LINK_FLAGS + LIBS).encode(), compiler.encode(), _cpu_flags().encode()])
-    )
+    sources = [SOURCE.read_bytes(), EXACT_SOURCE.read_bytes()]
+    flags = " ".join(FLAGS + FAST_FLAGS + LINK_FLAGS + LIBS).encode()
+    key = hashlib.sha256(b"\0".join([*sources, flags, compiler.encode(), _cpu_flags().encode()]))
     target = target or cache_dir() / f"tandem_cpu_{key.hexdigest()[:16]}.so"
     if target.is_file():
         return target
@@ -90,21 +97,22 @@ def build(target: Path | None = None) -> Path:
     # Build beside the target and rename: processes starting together never load a half-written file.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
-    obj = tmp[:-3] + ".o"
+    objects = [tmp[:-3] + ".o", tmp[:-3] + "_exact.o"]
+    commands = [
+        [compiler, *FLAGS, *FAST_FLAGS, "-c", "-o", objects[0], str(SOURCE)],
+        [compiler, *FLAGS, "-c", "-o", objects[1], str(EXACT_SOURCE)],
+        [compiler, *LINK_FLAGS, "-o", tmp, *objects, *LIBS],
+    ]
     try:
-        for command in (
-            [compiler, *FLAGS, "-c", "-o", obj, str(SOURCE)],
-            [compiler, *LINK_FLAGS, "-o", tmp, obj, *LIBS],
-        ):
+        for command in commands:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 detail = f":\n{done.stderr.strip()}" if done.stderr.strip() else ""
-                raise KernelBuildError(
-                    f"compiling {SOURCE.name} with {compiler} failed (exit {done.returncode}){detail}"
-                )
+                name = Path(command[-1]).name if "-c" in command else "the kernels' library"
+                raise KernelBuildError(f"compiling {name} with {compiler} failed (exit {done.returncode}){detail}")
         os.replace(tmp, target)
     finally:
-        for leftover in (tmp, obj):
+        for leftover in (tmp, *objects):
             if os.path.exists(leftover):
                 os.unlink(leftover)
     return target
@@ -120,7 +128,11 @@ def load_library() -> ctypes.CDLL | None:
     except (KernelBuildError, OSError, subprocess.SubprocessError) as exc:
         warnings.warn(f"tandem C kernels unavailable, using torch paths: {exc}", RuntimeWarning, stacklevel=2)
         return None
-    for name, argtypes in _SIGNATURES.items():
-        function = getattr(library, name)
-        function.argtypes, function.restype = argtypes, None
+    try:
+        for name, argtypes in _SIGNATURES.items():
+            function = getattr(library, name)
+            function.argtypes, function.restype = argtypes, _RESTYPES.get(name)
+    except AttributeError as exc:  # a library from elsewhere, or damaged: never half-load it
+        warnings.warn(f"tandem C kernels unusable, using torch paths: {exc}", RuntimeWarning, stacklevel=2)
+        return None
     return library

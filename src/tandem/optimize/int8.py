@@ -12,6 +12,13 @@ What stays in higher precision, and why:
 The LM head is quantized too: with a 32k vocabulary it is a fifth of a 134M model's bytes, and on
 the bundled model it moved held-out perplexity by 0.1% with 97.5% greedy top-1 agreement
 (tests/optimize/test_bundled_recipes.py). `int8(lm_head=false)` keeps it fp32.
+
+Two paths, one result: more than 4 rows go through fbgemm's packed weights; 1-4 rows (batch-1
+decode, a batch's tail) through tandem's VNNI kernel (tandem.kernels.int8_gemv), which gives bit
+for bit fbgemm's output and streams the weights once without fbgemm's per-call packing. It keeps a
+plain copy of the int8 weights, so quantized layers hold 2 bytes per parameter instead of 1 (as
+much as bf16, half of fp32); `int8(small_batch_kernel=false)` drops the copy and the kernel, for
+placements bound by memory rather than latency.
 """
 
 from __future__ import annotations
@@ -24,7 +31,14 @@ import torch
 from torch import nn
 
 from tandem.contracts import OptimizedModel
-from tandem.kernels import rows_to_unit, rowscale_available, scale_rows
+from tandem.kernels import (
+    GEMV_MAX_ROWS,
+    int8_gemv_available,
+    int8_linear_small,
+    rows_to_unit,
+    rowscale_available,
+    scale_rows,
+)
 from tandem.model.loader import Model
 from tandem.optimize.precision import ensure_unpacked, with_dtype
 
@@ -54,7 +68,9 @@ class ActivationScratch:
 
 
 class Int8Linear(nn.Module):
-    def __init__(self, linear: nn.Linear, scratch: ActivationScratch | None = None) -> None:
+    def __init__(
+        self, linear: nn.Linear, scratch: ActivationScratch | None = None, small_batch_kernel: bool = True
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()
@@ -70,6 +86,14 @@ class Int8Linear(nn.Module):
         self.weight_bytes = self.out_features * self.in_features + self.out_features * 8
         if self.bias is not None:
             self.weight_bytes += self.bias.numel() * 4
+        # 1-4 rows (decode's tail, batch 1): a VNNI kernel that gives exactly fbgemm's numbers, on a
+        # plain copy of the int8 weights (fbgemm's packed copy serves more rows).
+        self.gemv = small_batch_kernel and self.fused and int8_gemv_available()
+        if self.gemv:
+            self._weight_int8 = qweight.int_repr().contiguous()
+            self._col_sums = self._weight_int8.sum(dim=1, dtype=torch.int32)
+            self._weight_scales = qweight.q_per_channel_scales().float().contiguous()
+            self.weight_bytes += self._weight_int8.numel() + self.out_features * 8
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # fbgemm quantizes activations with one range per call, so a row's result would depend on
@@ -80,6 +104,9 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if flat.dtype != torch.float32:
             flat = flat.float()
+        if self.gemv and flat.shape[0] <= GEMV_MAX_ROWS and flat.stride(1) == 1:
+            out = int8_linear_small(flat, self._weight_int8, self._col_sums, self._weight_scales, self.bias)
+            return out.view(*x.shape[:-1], self.out_features) if x.dtype == torch.float32 else out.to(x.dtype)
         rows = self.scratch.rows(flat.shape[0], self.in_features)
         if self.fused:
             scale = rows_to_unit(flat, rows[1:])
@@ -99,14 +126,14 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
 
 
-def quantize_linears(module: nn.Module, include_lm_head: bool) -> int:
+def quantize_linears(module: nn.Module, include_lm_head: bool, small_batch_kernel: bool = True) -> int:
     """Replace nn.Linear layers (the LM head only if asked) by Int8Linear, in place."""
     count, scratch = 0, ActivationScratch()
     for parent_name, parent in list(module.named_modules()):
         for name, child in list(parent.named_children()):
             full = f"{parent_name}.{name}" if parent_name else name
             if type(child) is nn.Linear and (include_lm_head or full != "lm_head"):
-                setattr(parent, name, Int8Linear(child, scratch))
+                setattr(parent, name, Int8Linear(child, scratch, small_batch_kernel))
                 count += 1
     return count
 
@@ -114,14 +141,17 @@ def quantize_linears(module: nn.Module, include_lm_head: bool) -> int:
 @dataclass(frozen=True)
 class Int8:
     lm_head: bool = True
+    small_batch_kernel: bool = True
     name: str = "int8"
     version: str = "1.0"
     description: str = "int8 per-channel weights, dynamic int8 activations (fbgemm W8A8), LM head included"
 
     def with_params(self, **params) -> Int8:
-        unknown = set(params) - {"lm_head"}
+        unknown = set(params) - {"lm_head", "small_batch_kernel"}
         if unknown:
-            raise TypeError(f"unexpected parameter(s) {', '.join(sorted(unknown))}; int8 takes lm_head")
+            raise TypeError(
+                f"unexpected parameter(s) {', '.join(sorted(unknown))}; int8 takes lm_head, small_batch_kernel"
+            )
         return replace(self, **params)
 
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
@@ -132,6 +162,6 @@ class Int8:
         module = copy.deepcopy(source.module)
         if module.config.tie_word_embeddings and self.lm_head:
             module.lm_head = copy.deepcopy(module.lm_head)  # untie: the embedding stays fp32
-        quantize_linears(module, self.lm_head)
+        quantize_linears(module, self.lm_head, self.small_batch_kernel)
         module.rope_cos, module.rope_sin = source.module.rope_cos, source.module.rope_sin
         return model.with_changes(model=replace(source, module=module))
