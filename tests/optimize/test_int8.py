@@ -85,3 +85,14 @@ def test_fused_row_scaling_matches_the_torch_ops():
     fused = layer(x)
     layer.fused = False
     torch.testing.assert_close(fused, layer(x), atol=1e-5, rtol=1e-5)
+
+
+def test_small_batches_keep_the_input_shape_and_dtype():
+    """1-4 rows take the small-batch kernel when it is built; the layer's contract is the same."""
+    layer = Int8Linear(torch.nn.Linear(64, 32))
+    x = torch.randn(1, 3, 64, generator=torch.Generator().manual_seed(5))
+    out = layer(x)
+    assert out.shape == (1, 3, 32) and out.dtype == torch.float32
+    half = layer(x.to(torch.bfloat16))
+    assert half.shape == (1, 3, 32) and half.dtype == torch.bfloat16
+    assert layer(torch.randn(0, 64)).shape == (0, 32)

@@ -28,7 +28,7 @@ class ModelRunner:
         self.heads_per_kv = module.config.num_attention_heads // module.config.num_key_value_heads
         # The C kernels (kernels=None: whenever they load; False: torch only): decode and verification
         # rows read only their own keys, in one call, and float32 layers fuse their small ops.
-        readable = self.cache.k[0].dtype in (torch.float32, torch.bfloat16)
+        readable = self.cache.k[0].dtype in (torch.float32, torch.bfloat16) and module.config.head_dim <= 256
         self.kernels = readable and varlen_available() if kernels is None else kernels and readable
 
     def forward(self, tokens: list[list[int]], slots: list[int], starts: list[int], last_only: bool) -> torch.Tensor:

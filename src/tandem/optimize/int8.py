@@ -104,15 +104,15 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if flat.dtype != torch.float32:
             flat = flat.float()
-        if self.gemv and flat.shape[0] <= GEMV_MAX_ROWS and flat.stride(1) == 1:
+        if self.gemv and 0 < flat.shape[0] <= GEMV_MAX_ROWS and flat.stride(1) == 1:
             out = int8_linear_small(flat, self._weight_int8, self._col_sums, self._weight_scales, self.bias)
-            return out.view(*x.shape[:-1], self.out_features) if x.dtype == torch.float32 else out.to(x.dtype)
-        rows = self.scratch.rows(flat.shape[0], self.in_features)
-        if self.fused:
+        elif self.fused:
+            rows = self.scratch.rows(flat.shape[0], self.in_features)
             scale = rows_to_unit(flat, rows[1:])
             out = torch.ops.quantized.linear_dynamic(rows, self._packed, reduce_range=False)[1:]
             scale_rows(out, scale, self.bias)
         else:
+            rows = self.scratch.rows(flat.shape[0], self.in_features)
             scale = flat.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)  # (vector_norm(inf): 10x slower)
             torch.div(flat, scale, out=rows[1:])
             out = torch.ops.quantized.linear_dynamic(rows, self._packed, reduce_range=False)[1:]
