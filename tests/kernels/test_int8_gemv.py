@@ -1,42 +1,33 @@
-"""The small-batch int8 kernel gives bit-for-bit what fbgemm's dynamic path gives the same rows."""
-
-import warnings
+"""The small-batch int8 kernel gives bit for bit what Int8Linear's fbgemm path gives the same rows."""
 
 import pytest
 import torch
 
-from tandem.kernels import int8_gemv, int8_gemv_available
+from tandem.kernels import int8_gemv_available, int8_linear_small
+from tandem.optimize.int8 import Int8Linear
 
 pytestmark = pytest.mark.skipif(not int8_gemv_available(), reason="no VNNI int8 kernel on this machine")
 
 
-def quantized(n, k, seed):
-    weight = torch.randn(n, k, generator=torch.Generator().manual_seed(seed))
-    scales = (weight.abs().amax(dim=1) / 127).double()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        qweight = torch.quantize_per_channel(weight, scales, torch.zeros(n, dtype=torch.long), 0, torch.qint8)
-        packed = torch.ops.quantized.linear_prepack(qweight, None)
-    plain = qweight.int_repr().contiguous()
-    return packed, plain, plain.sum(dim=1, dtype=torch.int32), qweight.q_per_channel_scales().float()
-
-
-@pytest.mark.parametrize("n,k", [(64, 384), (130, 1024), (7, 100), (33, 2048)])
-def test_matches_fbgemm_bit_for_bit(n, k):
-    packed, plain, col_sums, scales = quantized(n, k, seed=n + k)
-    gen = torch.Generator().manual_seed(k)
+@pytest.mark.parametrize("n,k,bias", [(64, 384, False), (130, 1024, True), (7, 100, False), (33, 2048, True)])
+def test_matches_the_fbgemm_path_bit_for_bit(n, k, bias):
+    gen = torch.Generator().manual_seed(n + k)
+    linear = torch.nn.Linear(k, n, bias=bias)
+    layer = Int8Linear(linear)
     for rows in (1, 2, 3, 4):
-        x = torch.randn(rows, k, generator=gen)
-        # Values exactly halfway between quantization steps, where rounding order shows.
-        x[:, :8] = (torch.randint(-127, 127, (rows, 8), generator=gen).float() + 0.5) * (2 / 255)
-        x = x / x.abs().amax(dim=1, keepdim=True)
-        pinned = torch.cat([torch.zeros(1, k), x])
-        pinned[0, 0], pinned[0, -1] = 1.0, -1.0  # how Int8Linear pins fbgemm's range to [-1, 1]
-        expected = torch.ops.quantized.linear_dynamic(pinned, packed, reduce_range=False)[1:]
-        assert torch.equal(int8_gemv(pinned[1:], plain, col_sums, scales), expected)
+        x = torch.randn(rows, k, generator=gen) * torch.logspace(-3, 3, rows)[:, None]
+        x[:, 0] = x.abs().amax(dim=1)  # row maxima of 1 after scaling ...
+        x = x / x[:, :1]
+        # ... so these land exactly halfway between quantization steps, where rounding order shows.
+        x[:, 1:9] = (torch.randint(-127, 127, (rows, 8), generator=gen).float() + 0.5) * (2 / 255)
+        got = int8_linear_small(x, layer._weight_int8, layer._col_sums, layer._weight_scales, layer.bias)
+        layer.gemv = False  # Int8Linear's fbgemm path for the same rows
+        expected = layer(x)
+        layer.gemv = True
+        assert torch.equal(got, expected)
 
 
 def test_refuses_more_rows_than_it_serves():
-    _, plain, col_sums, scales = quantized(8, 64, seed=0)
-    with pytest.raises(ValueError, match="1 to 4 rows"):
-        int8_gemv(torch.zeros(5, 64), plain, col_sums, scales)
+    layer = Int8Linear(torch.nn.Linear(64, 8))
+    with pytest.raises(ValueError, match="1-4 float32 rows"):
+        int8_linear_small(torch.zeros(5, 64), layer._weight_int8, layer._col_sums, layer._weight_scales, None)

@@ -3,7 +3,7 @@
 from tandem.kernels.attention import varlen_attention, varlen_available
 from tandem.kernels.build import KernelBuildError, cache_dir, kernels_enabled, load_library
 from tandem.kernels.fused import fused_available, rms_norm, rope_and_cache, silu_mul
-from tandem.kernels.int8_gemv import GEMV_MAX_ROWS, int8_gemv, int8_gemv_available, int8_linear_small
+from tandem.kernels.int8_gemv import GEMV_MAX_ROWS, int8_gemv_available, int8_linear_small
 from tandem.kernels.rowscale import rows_to_unit, rowscale_available, scale_rows
 
 __all__ = [
@@ -11,7 +11,6 @@ __all__ = [
     "KernelBuildError",
     "cache_dir",
     "fused_available",
-    "int8_gemv",
     "int8_gemv_available",
     "int8_linear_small",
     "rms_norm",

@@ -45,11 +45,10 @@ _SIGNATURES = {
     "tandem_rope_and_cache": [_P, _I, _I, _P, _P, _P, _P, _P, _P, _INT, _INT, _INT, _INT, _I],
     "tandem_rms_norm": [_P, _P, _P, _P, _I, _I, _F],
     "tandem_silu_mul": [_P, _P, _I, _I],
-    "tandem_int8_gemv": [_P, _I, _I, _I, _P, _P, _P, _F, _F, ctypes.c_int32, _P, _I],
     "tandem_int8_gemv_fast": [],
     "tandem_int8_linear_small": [_P, _I, _I, _I, _P, _P, _P, _F, _F, ctypes.c_int32, _P, _P, _I],
 }
-_RESTYPES = {name: ctypes.c_int for name in ("tandem_int8_gemv", "tandem_int8_gemv_fast", "tandem_int8_linear_small")}
+_RESTYPES = {name: ctypes.c_int for name in ("tandem_int8_gemv_fast", "tandem_int8_linear_small")}
 
 
 class KernelBuildError(RuntimeError):
