@@ -33,6 +33,7 @@ def test_builds_once_into_the_cache(monkeypatch, tmp_path, fresh_loader):
 def test_a_failing_compiler_is_a_clear_error_and_a_warned_fallback(monkeypatch, tmp_path, fresh_loader):
     monkeypatch.setenv("TANDEM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", "false")
+    monkeypatch.setenv("TANDEM_KERNELS", "c")
     with pytest.raises(fresh_loader.KernelBuildError, match="compiling cpu_kernels.c with false failed"):
         fresh_loader.build()
     with pytest.warns(RuntimeWarning, match="using torch paths"):
