@@ -55,7 +55,7 @@ def varlen_attention(
         for t in (offsets, lengths, slots, starts)
     ]
     out = torch.empty((n, heads, head_dim), dtype=torch.float32)
-    library.tandem_varlen_attention(
+    failed = library.tandem_varlen_attention(
         q.data_ptr(),
         q.stride(0),
         out.data_ptr(),
@@ -71,4 +71,6 @@ def varlen_attention(
         sliding_window or 0,
         1.0 / math.sqrt(head_dim),
     )
+    if failed:
+        raise MemoryError("varlen attention: could not allocate its per-thread scratch")
     return out if dtype == torch.float32 else out.to(dtype)

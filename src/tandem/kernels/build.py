@@ -48,7 +48,9 @@ _SIGNATURES = {
     "tandem_int8_gemv_fast": [],
     "tandem_int8_linear_small": [_P, _I, _I, _I, _P, _P, _P, _F, _F, ctypes.c_int32, _P, _P, _I],
 }
-_RESTYPES = {name: ctypes.c_int for name in ("tandem_int8_gemv_fast", "tandem_int8_linear_small")}
+_RESTYPES = {
+    name: ctypes.c_int for name in ("tandem_varlen_attention", "tandem_int8_gemv_fast", "tandem_int8_linear_small")
+}
 
 
 class KernelBuildError(RuntimeError):

@@ -6,9 +6,10 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define TILE 128   /* keys per online-softmax tile: scores stay in L1 */
+#define TILE 64    /* keys per online-softmax tile: scores and converted keys stay in L1/L2 */
 #define QMAX 64    /* queries per (row, kv head) block; more are processed in blocks */
 #define DMAX 256   /* largest head_dim supported */
 /* Masked scores: finite, so -ffast-math (which assumes no infinities) stays correct. */
@@ -21,13 +22,116 @@ static inline float bf16_to_float(uint16_t h) {
     return f;
 }
 
-/* Key or value row j of one kv head, as floats. */
-static inline const float *load_row(const void *base, int bf16, int64_t index, int d, float *buf) {
+/* Keys or values j0.. of one kv head as a float tile [nk][d]: the cache itself (fp32), or a copy
+ * converted once per tile (bf16), so every query of the item reads plain floats. */
+static inline const float *tile_rows(const void *base, int bf16, int64_t index, int64_t n, float *buf) {
     if (!bf16) return (const float *)base + index;
     const uint16_t *src = (const uint16_t *)base + index;
 #pragma omp simd
-    for (int i = 0; i < d; i++) buf[i] = bf16_to_float(src[i]);
+    for (int64_t i = 0; i < n; i++) buf[i] = bf16_to_float(src[i]);
     return buf;
+}
+
+/* Per-thread scratch of one attention work item. */
+typedef struct {
+    float qs[QMAX * DMAX], acc[QMAX * DMAX], scores[QMAX][TILE];
+    float ktile[TILE * DMAX], vtile[TILE * DMAX];
+    float row_max[QMAX], row_sum[QMAX];
+    int64_t qpos[QMAX], qlo[QMAX];
+} AttendScratch;
+
+/* One (row, kv head) item. Inlined into callers with a constant head_dim, so the per-query
+ * accumulators (head_dim floats) stay in vector registers across a tile's keys. */
+static inline __attribute__((always_inline)) void attend_item(
+    const int d, AttendScratch *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
+    const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, int64_t row_slot, int64_t row_start,
+    int kvh, int heads, int kv_heads, int64_t max_len, int64_t window, float scale) {
+    const int group = heads / kv_heads;
+    const int64_t cache_base = (row_slot * kv_heads + kvh) * max_len * d;
+    const int64_t num_queries = row_len * group;
+    for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
+        const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
+        int64_t key_hi = 0, key_lo = INT64_MAX;
+        for (int i = 0; i < nq; i++) {
+            /* queries ordered token-major: (t, g) */
+            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+            const float *src = q + (row_offset + t) * q_token_stride + (kvh * group + g) * d;
+            float *qi = w->qs + i * d;
+#pragma omp simd
+            for (int k = 0; k < d; k++) qi[k] = src[k] * scale;
+            w->qpos[i] = row_start + t;
+            w->qlo[i] = window > 0 && w->qpos[i] - window + 1 > 0 ? w->qpos[i] - window + 1 : 0;
+            if (w->qpos[i] + 1 > key_hi) key_hi = w->qpos[i] + 1;
+            if (w->qlo[i] < key_lo) key_lo = w->qlo[i];
+            w->row_max[i] = MASKED;
+            w->row_sum[i] = 0.0f;
+            memset(w->acc + i * d, 0, sizeof(float) * d);
+        }
+        for (int64_t j0 = key_lo; j0 < key_hi; j0 += TILE) {
+            const int nk = (int)(key_hi - j0 < TILE ? key_hi - j0 : TILE);
+            const float *kt = tile_rows(k_cache, cache_bf16, cache_base + j0 * d, (int64_t)nk * d, w->ktile);
+            for (int i = 0; i < nq; i++) {
+                const float *qi = w->qs + i * d;
+                for (int j = 0; j < nk; j++) {
+                    const float *kr = kt + j * d;
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int k = 0; k < d; k++) dot += qi[k] * kr[k];
+                    const int64_t key = j0 + j;
+                    w->scores[i][j] = (key > w->qpos[i] || key < w->qlo[i]) ? MASKED : dot;
+                }
+            }
+            for (int i = 0; i < nq; i++) {
+                float *sc = w->scores[i];
+                float tile_max = MASKED;
+                for (int j = 0; j < nk; j++) tile_max = sc[j] > tile_max ? sc[j] : tile_max;
+                if (tile_max <= MASKED) { /* every key of this tile masked for query i */
+                    memset(sc, 0, sizeof(float) * nk);
+                    continue;
+                }
+                const float new_max = tile_max > w->row_max[i] ? tile_max : w->row_max[i];
+                const float correction = expf(w->row_max[i] - new_max);
+                float tile_sum = 0.0f;
+#pragma omp simd reduction(+ : tile_sum)
+                for (int j = 0; j < nk; j++) {
+                    const float p = expf(sc[j] - new_max);
+                    sc[j] = p;
+                    tile_sum += p;
+                }
+                w->row_sum[i] = w->row_sum[i] * correction + tile_sum;
+                w->row_max[i] = new_max;
+                if (correction != 1.0f) {
+                    float *ai = w->acc + i * d;
+#pragma omp simd
+                    for (int k = 0; k < d; k++) ai[k] *= correction;
+                }
+            }
+            const float *vt = tile_rows(v_cache, cache_bf16, cache_base + j0 * d, (int64_t)nk * d, w->vtile);
+            for (int i = 0; i < nq; i++) {
+                float a[DMAX];
+                float *ai = w->acc + i * d;
+                const float *sc = w->scores[i];
+#pragma omp simd
+                for (int k = 0; k < d; k++) a[k] = ai[k];
+                for (int j = 0; j < nk; j++) {
+                    const float p = sc[j];
+                    const float *vr = vt + j * d;
+#pragma omp simd
+                    for (int k = 0; k < d; k++) a[k] += p * vr[k];
+                }
+#pragma omp simd
+                for (int k = 0; k < d; k++) ai[k] = a[k];
+            }
+        }
+        for (int i = 0; i < nq; i++) {
+            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+            float *dst = out + ((row_offset + t) * heads + kvh * group + g) * d;
+            const float inv = w->row_sum[i] > 0.0f ? 1.0f / w->row_sum[i] : 0.0f;
+            const float *ai = w->acc + i * d;
+#pragma omp simd
+            for (int k = 0; k < d; k++) dst[k] = ai[k] * inv;
+        }
+    }
 }
 
 /* Attention of new query tokens over a KV cache, each row reading only its own keys (varlen).
@@ -40,95 +144,40 @@ static inline const float *load_row(const void *base, int bf16, int64_t index, i
  * h / (heads / kv_heads). Output: out[n, h, :] contiguous, fp32.
  *
  * One work item per (row, kv head): its keys are read once for all of its query heads and
- * tokens (GQA without expanding keys), with an online softmax over tiles of TILE keys.
+ * tokens (GQA without expanding keys), with an online softmax over tiles of TILE keys. Returns 0,
+ * or 1 when a thread's scratch could not be allocated.
  */
-void tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, const void *k_cache,
-                             const void *v_cache, int cache_bf16, int64_t num_rows, const int64_t *row_offsets,
-                             const int64_t *row_lens, const int64_t *row_slots, const int64_t *row_starts,
-                             int heads, int kv_heads, int head_dim, int64_t max_len, int64_t window, float scale) {
-    const int group = heads / kv_heads;
-    const int d = head_dim;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t item = 0; item < num_rows * kv_heads; item++) {
-        const int64_t r = item / kv_heads;
-        const int kvh = (int)(item % kv_heads);
-        const int64_t cache_base = (row_slots[r] * kv_heads + kvh) * max_len * d;
-        const int64_t num_queries = row_lens[r] * group;
-        float qs[QMAX][DMAX], acc[QMAX][DMAX], scores[QMAX][TILE];
-        float row_max[QMAX], row_sum[QMAX];
-        float kbuf[DMAX], vbuf[DMAX];
-        int64_t qpos[QMAX], qlo[QMAX];
-        for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
-            const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
-            int64_t key_hi = 0, key_lo = INT64_MAX;
-            for (int i = 0; i < nq; i++) {
-                /* queries ordered token-major: (t, g) */
-                const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
-                const float *src = q + (row_offsets[r] + t) * q_token_stride + (kvh * group + g) * d;
-#pragma omp simd
-                for (int k = 0; k < d; k++) qs[i][k] = src[k] * scale;
-                qpos[i] = row_starts[r] + t;
-                qlo[i] = window > 0 && qpos[i] - window + 1 > 0 ? qpos[i] - window + 1 : 0;
-                if (qpos[i] + 1 > key_hi) key_hi = qpos[i] + 1;
-                if (qlo[i] < key_lo) key_lo = qlo[i];
-                row_max[i] = MASKED;
-                row_sum[i] = 0.0f;
-                memset(acc[i], 0, sizeof(float) * d);
-            }
-            for (int64_t j0 = key_lo; j0 < key_hi; j0 += TILE) {
-                const int nk = (int)(key_hi - j0 < TILE ? key_hi - j0 : TILE);
-                for (int j = 0; j < nk; j++) {
-                    const float *kr = load_row(k_cache, cache_bf16, cache_base + (j0 + j) * d, d, kbuf);
-                    for (int i = 0; i < nq; i++) {
-                        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                        for (int k = 0; k < d; k++) dot += qs[i][k] * kr[k];
-                        const int64_t key = j0 + j;
-                        scores[i][j] = (key > qpos[i] || key < qlo[i]) ? MASKED : dot;
-                    }
-                }
-                for (int i = 0; i < nq; i++) {
-                    float tile_max = MASKED;
-                    for (int j = 0; j < nk; j++) tile_max = scores[i][j] > tile_max ? scores[i][j] : tile_max;
-                    if (tile_max <= MASKED) { /* every key of this tile masked for query i */
-                        memset(scores[i], 0, sizeof(float) * nk);
-                        continue;
-                    }
-                    const float new_max = tile_max > row_max[i] ? tile_max : row_max[i];
-                    const float correction = expf(row_max[i] - new_max);
-                    float tile_sum = 0.0f;
-#pragma omp simd reduction(+ : tile_sum)
-                    for (int j = 0; j < nk; j++) {
-                        const float p = expf(scores[i][j] - new_max);
-                        scores[i][j] = p;
-                        tile_sum += p;
-                    }
-                    row_sum[i] = row_sum[i] * correction + tile_sum;
-                    row_max[i] = new_max;
-                    if (correction != 1.0f) {
-#pragma omp simd
-                        for (int k = 0; k < d; k++) acc[i][k] *= correction;
-                    }
-                }
-                for (int j = 0; j < nk; j++) {
-                    const float *vr = load_row(v_cache, cache_bf16, cache_base + (j0 + j) * d, d, vbuf);
-                    for (int i = 0; i < nq; i++) {
-                        const float p = scores[i][j];
-                        if (p == 0.0f) continue;
-#pragma omp simd
-                        for (int k = 0; k < d; k++) acc[i][k] += p * vr[k];
-                    }
-                }
-            }
-            for (int i = 0; i < nq; i++) {
-                const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
-                float *dst = out + ((row_offsets[r] + t) * heads + kvh * group + g) * d;
-                const float inv = row_sum[i] > 0.0f ? 1.0f / row_sum[i] : 0.0f;
-#pragma omp simd
-                for (int k = 0; k < d; k++) dst[k] = acc[i][k] * inv;
-            }
+int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, const void *k_cache,
+                            const void *v_cache, int cache_bf16, int64_t num_rows, const int64_t *row_offsets,
+                            const int64_t *row_lens, const int64_t *row_slots, const int64_t *row_starts, int heads,
+                            int kv_heads, int head_dim, int64_t max_len, int64_t window, float scale) {
+    int failed = 0;
+#pragma omp parallel
+    {
+        AttendScratch *w = (AttendScratch *)malloc(sizeof(AttendScratch));
+        if (!w) {
+#pragma omp atomic write
+            failed = 1;
         }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < num_rows * kv_heads; item++) {
+            if (!w) continue;
+            const int64_t r = item / kv_heads;
+            const int kvh = (int)(item % kv_heads);
+#define ATTEND(D)                                                                                               \
+    attend_item(D, w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offsets[r], row_lens[r],        \
+                row_slots[r], row_starts[r], kvh, heads, kv_heads, max_len, window, scale)
+            if (head_dim == 64)
+                ATTEND(64);
+            else if (head_dim == 128)
+                ATTEND(128);
+            else
+                ATTEND(head_dim);
+#undef ATTEND
+        }
+        free(w);
     }
+    return failed;
 }
 
 /* int8 activation prep: each row of x ([rows, width], x_stride floats apart) divided by its
