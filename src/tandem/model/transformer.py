@@ -81,6 +81,7 @@ class Attention(nn.Module):
         qkv = self.qkv_proj(x)
         q_dim, kv_dim, _ = self.split
         keys, values = cache.k[self.layer], cache.v[self.layer]
+        v = qkv[:, q_dim + kv_dim :].view(n, self.kv_heads, self.head_dim)
         if batch.kernels and qkv.dtype == torch.float32:
             # One C pass: rotate q and k in place, store k and v in the cache.
             rope_and_cache(
@@ -92,8 +93,6 @@ class Attention(nn.Module):
             # q and k sit side by side in the fused output: rotate both in one pass.
             qk = apply_rope(qkv[:, : q_dim + kv_dim].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
             q, k = qk[:, : self.heads], qk[:, self.heads :]
-        v = qkv[:, q_dim + kv_dim :].view(n, self.kv_heads, self.head_dim)
-        if not (batch.kernels and qkv.dtype == torch.float32):
             # Advanced indices around a slice: the indexed view is [N, kv_heads, head_dim], k's layout.
             keys[batch.slots, :, batch.positions] = k.to(keys.dtype)
             values[batch.slots, :, batch.positions] = v.to(values.dtype)
