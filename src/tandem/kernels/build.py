@@ -2,11 +2,14 @@
 
 Why C through ctypes: torch's varlen attention is CUDA-only and Intel's extension (the CPU one)
 stopped at torch 2.8, so nothing installable reads each sequence's own keys from a KV cache on a
-CPU. A plain C file with no torch headers compiles in about a second with the system compiler, at
--march=native, so one build fits the machine it serves (the cache key holds the CPU's flags).
+CPU. Two plain C files with no torch headers (csrc/) compile in about a second with the system
+compiler, at -march=native, so one build fits the machine it serves (the cache key holds the CPU's
+flags). Builds are atomic (a temporary file renamed into place), so processes starting together
+never load a half-written library.
 
 Disabled with TANDEM_KERNELS=torch (every caller then runs its pure-torch path). A missing or
-failing compiler is reported once, as a warning, and the torch paths serve.
+failing compiler, or a library missing a symbol, is reported once, as a warning, and the torch
+paths serve.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Runs through fbgemm's dynamic W8A8 kernel: each activation row is quantized to 8 bits on the fly
 (on its own scale: results do not depend on the rest of the batch), multiplied against the int8
-weights with int32 accumulation, and rescaled to float. Decode reads a
-quarter of the fp32 weight bytes, which is what a memory-bound decode step is paid by.
+weights with int32 accumulation, and rescaled to float. Decode reads a quarter of the fp32 weight
+bytes, which is what a memory-bound decode step is paid by.
 
 What stays in higher precision, and why:
 - the embedding table: a lookup reads one row per token, so quantizing it saves no time (a tied
