@@ -1,6 +1,8 @@
 """Building and loading the C kernels: cached per source, compiler and CPU; a clear error or a
 fallback when they cannot be built."""
 
+import os
+
 import pytest
 
 from tandem.kernels import build as kernel_build
@@ -47,3 +49,30 @@ def test_loading_keeps_denormals(fresh_loader):
         pytest.skip("C kernels not built on this machine")
     tiny = float.fromhex("0x0.0000000000001p-1022")  # the smallest denormal, 5e-324
     assert tiny * 1.5 > 0.0
+
+
+def test_kernels_follow_torchs_thread_count_from_any_thread():
+    """An engine steps in a Python thread (AsyncEngine): its kernels must use torch's thread count
+    (--threads), not that thread's OpenMP default, or co-located replicas oversubscribe the cores."""
+    import threading
+
+    import torch
+
+    if kernel_build.load_library() is None:
+        pytest.skip("C kernels not built on this machine")
+    before = torch.get_num_threads()
+    widths = []
+
+    def step_thread():
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            widths.append(kernel_build.kernel_library().tandem_parallel_width())
+
+    try:
+        worker = threading.Thread(target=step_thread)
+        worker.start()
+        worker.join()
+    finally:
+        torch.set_num_threads(before)
+    assert widths[0] == 1
+    assert widths[1] == min(2, os.cpu_count() or 1)

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from tandem.kernels.build import load_library
+from tandem.kernels.build import kernel_library, load_library
 
 __all__ = ["varlen_attention", "varlen_available"]
 
@@ -34,7 +34,7 @@ def varlen_attention(
     start at q[offsets[r]] and sit at positions starts[r].. of KV slot slots[r], whose keys and values
     (keys/values: [slots, kv_heads, max_len, head_dim], float32 or bfloat16) already hold them.
     Returns [N, heads, head_dim] in q's dtype: causal attention of each token over its row's keys."""
-    library = load_library()
+    library = load_library() and kernel_library()
     if library is None:
         raise RuntimeError("the C kernels are not available (see the warning when they were loaded)")
     n, heads, head_dim = q.shape

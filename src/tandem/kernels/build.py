@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch  # noqa: F401  (loads torch's OpenMP runtime first, so the kernels share its thread pool)
 
-__all__ = ["load_library", "kernels_enabled", "cache_dir", "KernelBuildError", "SOURCE"]
+__all__ = ["load_library", "kernel_library", "kernels_enabled", "cache_dir", "KernelBuildError", "SOURCE"]
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_kernels.c"
 # The int8 kernel's quantization must round exactly as fbgemm does: no -ffast-math there.
@@ -49,11 +49,12 @@ _SIGNATURES = {
     "tandem_rms_norm": [_P, _P, _P, _P, _I, _I, _F],
     "tandem_silu_mul": [_P, _P, _I, _I],
     "tandem_int8_gemv_fast": [],
+    "tandem_set_threads": [_INT],
+    "tandem_parallel_width": [],
     "tandem_int8_linear_small": [_P, _I, _I, _I, _P, _P, _P, _F, _F, ctypes.c_int32, _P, _P, _I],
 }
-_RESTYPES = {
-    name: ctypes.c_int for name in ("tandem_varlen_attention", "tandem_int8_gemv_fast", "tandem_int8_linear_small")
-}
+_INT_RESULTS = ("tandem_varlen_attention", "tandem_int8_gemv_fast", "tandem_int8_linear_small", "tandem_parallel_width")
+_RESTYPES = dict.fromkeys(_INT_RESULTS, ctypes.c_int)
 
 
 class KernelBuildError(RuntimeError):
@@ -139,4 +140,18 @@ def load_library() -> ctypes.CDLL | None:
     except AttributeError as exc:  # a library from elsewhere, or damaged: never half-load it
         warnings.warn(f"tandem C kernels unusable, using torch paths: {exc}", RuntimeWarning, stacklevel=2)
         return None
+    return library
+
+
+_threads_set = [0]
+
+
+def kernel_library() -> ctypes.CDLL:
+    """The loaded kernels, their thread count matched to torch's (process-wide, as torch's is).
+    For callers that already know the kernels loaded."""
+    library = load_library()
+    threads = torch.get_num_threads()
+    if threads != _threads_set[0]:
+        library.tandem_set_threads(threads)
+        _threads_set[0] = threads
     return library

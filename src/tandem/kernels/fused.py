@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tandem.kernels.build import load_library
+from tandem.kernels.build import kernel_library, load_library
 
 __all__ = ["fused_available", "rope_and_cache", "rms_norm", "silu_mul"]
 
@@ -50,7 +50,7 @@ def rope_and_cache(
     if not (keys.is_contiguous() and values.is_contiguous()):
         raise ValueError("keys and values must be contiguous")
     positions, slots = positions.long().contiguous(), slots.long().contiguous()
-    load_library().tandem_rope_and_cache(
+    kernel_library().tandem_rope_and_cache(
         qkv.data_ptr(),
         qkv.stride(0),
         n,
@@ -79,7 +79,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
             raise ValueError("residual must have x's shape")
     width = x.shape[-1]
     out = torch.empty_like(x)
-    load_library().tandem_rms_norm(
+    kernel_library().tandem_rms_norm(
         x.data_ptr(),
         None if residual is None else residual.data_ptr(),
         weight.data_ptr(),
@@ -96,5 +96,5 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     _check("gate_up", gate_up)
     inter = gate_up.shape[-1] // 2
     out = gate_up.new_empty((*gate_up.shape[:-1], inter))
-    load_library().tandem_silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * inter), inter)
+    kernel_library().tandem_silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // (2 * inter), inter)
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tandem.kernels.build import load_library
+from tandem.kernels.build import kernel_library, load_library
 
 __all__ = [
     "int8_linear_small",
@@ -48,7 +48,7 @@ def int8_linear_small(
     if not 1 <= rows <= GEMV_MAX_ROWS or x.stride(1) != 1 or x.dtype != torch.float32 or weight.shape[1] != k:
         raise ValueError("int8_linear_small takes 1-4 float32 rows of the weight's width, unit column stride")
     out = torch.empty((rows, weight.shape[0]), dtype=torch.float32)
-    status = load_library().tandem_int8_linear_small(
+    status = kernel_library().tandem_int8_linear_small(
         x.data_ptr(),
         x.stride(0),
         rows,

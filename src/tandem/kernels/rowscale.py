@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tandem.kernels.build import load_library
+from tandem.kernels.build import kernel_library, load_library
 
 __all__ = ["rows_to_unit", "scale_rows", "rowscale_available"]
 
@@ -21,7 +21,7 @@ def rowscale_available() -> bool:
 def rows_to_unit(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """x: [R, W] float32 with unit column stride; writes x[r] / max|x[r]| into out ([R, W], contiguous)
     and returns the scales [R] (max |x[r]|, at least 1e-30)."""
-    library = load_library()
+    library = kernel_library()
     rows, width = x.shape
     if x.dtype != torch.float32 or x.stride(1) != 1:
         x = x.float().contiguous()
@@ -34,7 +34,7 @@ def rows_to_unit(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 def scale_rows(y: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
     """In place: y[r] = y[r] * scale[r] (+ bias). y: [R, W] contiguous float32."""
-    library = load_library()
+    library = kernel_library()
     if not y.is_contiguous() or y.dtype != torch.float32:
         raise ValueError("y must be a contiguous float32 tensor")
     rows, width = y.shape

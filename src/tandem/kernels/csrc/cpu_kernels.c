@@ -5,6 +5,7 @@
  * thread pool: no second set of spinning threads).
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,27 @@
 #define DMAX 256   /* largest head_dim supported */
 /* Masked scores: finite, so -ffast-math (which assumes no infinities) stays correct. */
 #define MASKED (-1e30f)
+
+/* Threads for every parallel region: torch's intra-op count, set from Python (tandem_set_threads).
+ * A bare `omp parallel` would use the calling thread's OpenMP default instead, and an engine
+ * stepping in a Python thread (AsyncEngine) would then ignore --threads and oversubscribe cores
+ * shared with other replicas. */
+static int g_threads = 1;
+
+void tandem_set_threads(int n) { g_threads = n > 0 ? n : 1; }
+
+int tandem_threads(void) { return g_threads; }
+
+/* How many threads a parallel region gets now (for tests). */
+int tandem_parallel_width(void) {
+    int width = 1;
+#pragma omp parallel num_threads(g_threads)
+    {
+#pragma omp single
+        width = omp_get_num_threads();
+    }
+    return width;
+}
 
 static inline float bf16_to_float(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
@@ -152,7 +174,7 @@ int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, 
                             const int64_t *row_lens, const int64_t *row_slots, const int64_t *row_starts, int heads,
                             int kv_heads, int head_dim, int64_t max_len, int64_t window, float scale) {
     int failed = 0;
-#pragma omp parallel
+#pragma omp parallel num_threads(g_threads)
     {
         AttendScratch *w = (AttendScratch *)malloc(sizeof(AttendScratch));
         if (!w) {
@@ -183,7 +205,7 @@ int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, 
 /* int8 activation prep: each row of x ([rows, width], x_stride floats apart) divided by its
  * max |x| into dst ([rows, width], contiguous); the max goes to scale[r] (at least 1e-30). */
 void tandem_rows_to_unit(const float *x, int64_t x_stride, int64_t rows, int64_t width, float *dst, float *scale) {
-#pragma omp parallel for schedule(static) if (rows * width >= 65536)
+#pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
     for (int64_t r = 0; r < rows; r++) {
         const float *src = x + r * x_stride;
         float m = 0.0f;
@@ -200,7 +222,7 @@ void tandem_rows_to_unit(const float *x, int64_t x_stride, int64_t rows, int64_t
 
 /* y[r, :] = y[r, :] * scale[r] (+ bias), in place; y is [rows, width] contiguous. */
 void tandem_scale_rows(float *y, int64_t rows, int64_t width, const float *scale, const float *bias) {
-#pragma omp parallel for schedule(static) if (rows * width >= 65536)
+#pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
     for (int64_t r = 0; r < rows; r++) {
         float *o = y + r * width;
         const float s = scale[r];
@@ -231,7 +253,7 @@ void tandem_rope_and_cache(float *qkv, int64_t qkv_stride, int64_t n, const floa
                            const int64_t *positions, const int64_t *slots, void *k_cache, void *v_cache,
                            int cache_bf16, int heads, int kv_heads, int head_dim, int64_t max_len) {
     const int half = head_dim / 2;
-#pragma omp parallel for schedule(static) if (n >= 64)
+#pragma omp parallel for schedule(static) num_threads(g_threads) if (n >= 64)
     for (int64_t t = 0; t < n; t++) {
         float *row = qkv + t * qkv_stride;
         const float *c = cos + t * head_dim, *s = sin + t * head_dim;
@@ -266,7 +288,7 @@ void tandem_rope_and_cache(float *qkv, int64_t qkv_stride, int64_t n, const floa
  * float32 like torch. */
 void tandem_rms_norm(float *x, const float *residual, const float *weight, float *out, int64_t rows, int64_t width,
                      float eps) {
-#pragma omp parallel for schedule(static) if (rows * width >= 65536)
+#pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
     for (int64_t r = 0; r < rows; r++) {
         float *xr = x + r * width;
         if (residual) {
@@ -286,7 +308,7 @@ void tandem_rms_norm(float *x, const float *residual, const float *weight, float
 
 /* SwiGLU's middle: out[r, k] = silu(gate_up[r, k]) * gate_up[r, inter + k]; gate_up [rows, 2 inter]. */
 void tandem_silu_mul(const float *gate_up, float *out, int64_t rows, int64_t inter) {
-#pragma omp parallel for schedule(static) if (rows * inter >= 65536)
+#pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * inter >= 65536)
     for (int64_t r = 0; r < rows; r++) {
         const float *g = gate_up + r * 2 * inter, *u = g + inter;
         float *o = out + r * inter;

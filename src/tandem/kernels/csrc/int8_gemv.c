@@ -27,6 +27,7 @@ int tandem_int8_gemv_fast(void) { return HAVE_VNNI; }
 /* cpu_kernels.c: the same per-row scaling the fbgemm path uses, so both paths see identical rows. */
 void tandem_rows_to_unit(const float *x, int64_t x_stride, int64_t rows, int64_t width, float *dst, float *scale);
 void tandem_scale_rows(float *y, int64_t rows, int64_t width, const float *scale, const float *bias);
+int tandem_threads(void);
 
 static int32_t dot_u8s8(const uint8_t *x, const int8_t *w, int64_t k_len) {
     int32_t acc = 0;
@@ -52,7 +53,7 @@ int tandem_int8_gemv(const float *x, int64_t x_stride, int64_t rows, int64_t K, 
         memset(q + K, 0, (size_t)(k_pad - K));
     }
     const int64_t blocks = (N + 3) / 4;
-#pragma omp parallel for schedule(static) if (N * K >= 262144)
+#pragma omp parallel for schedule(static) num_threads(tandem_threads()) if (N * K >= 262144)
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t n0 = b * 4, count = N - n0 < 4 ? N - n0 : 4;
         for (int64_t m = 0; m < rows; m++) {
