@@ -65,6 +65,8 @@ def test_sliding_window_matches_sdpa(window):
 def test_other_head_dims_and_contiguous_queries():
     run_case([(1, 0, 40), (2, 4, 9)], 4, 2, 128, torch.bfloat16, None, strided_q=False)
     run_case([(5, 2, 31)], 2, 1, 32, torch.float32, 5)
+    run_case(MIXED, 10, 2, 80, torch.bfloat16, None)  # head_dim 80 (e.g. Phi-style): the generic path
+    run_case(MIXED, 4, 4, 256, torch.float32, 64)  # the largest head_dim the kernel takes
 
 
 def test_bfloat16_queries_come_back_in_bfloat16():
