@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tandem.kernels import varlen_attention, varlen_available
+from tandem.kernels import kernels_available, varlen_attention
 
-pytestmark = pytest.mark.skipif(not varlen_available(), reason="C kernels not built on this machine")
+pytestmark = pytest.mark.skipif(not kernels_available(), reason="C kernels not built on this machine")
 
 
 def reference(q, keys, values, rows, window):

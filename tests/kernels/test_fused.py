@@ -4,10 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tandem.kernels import fused_available, rms_norm, rope_and_cache, silu_mul
+from tandem.kernels import kernels_available, rms_norm, rope_and_cache, silu_mul
 from tandem.model.rope import apply_rope
 
-pytestmark = pytest.mark.skipif(not fused_available(), reason="C kernels not built on this machine")
+pytestmark = pytest.mark.skipif(not kernels_available(), reason="C kernels not built on this machine")
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from tandem.kernels import rows_to_unit, rowscale_available, scale_rows
+from tandem.kernels import kernels_available, rows_to_unit, scale_rows
 
-pytestmark = pytest.mark.skipif(not rowscale_available(), reason="C kernels not built on this machine")
+pytestmark = pytest.mark.skipif(not kernels_available(), reason="C kernels not built on this machine")
 
 
 @pytest.mark.parametrize("rows,width", [(1, 384), (33, 1024), (300, 384)])

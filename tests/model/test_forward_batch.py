@@ -6,7 +6,7 @@ import transformers
 from tiny_models import save_tiny
 
 from tandem.engine.model_runner import ModelRunner
-from tandem.kernels import varlen_available
+from tandem.kernels import kernels_available
 from tandem.model import load_model
 from tandem.model.forward_batch import CachedGroup, ForwardBatch, FreshGroup, VarlenGroup, split_long_rows
 
@@ -66,7 +66,7 @@ def test_build_refuses_empty_rows_and_shared_slots():
 
 
 @pytest.mark.parametrize(
-    "kernels", [False, pytest.param(True, marks=pytest.mark.skipif(not varlen_available(), reason="no C kernels"))]
+    "kernels", [False, pytest.param(True, marks=pytest.mark.skipif(not kernels_available(), reason="no C kernels"))]
 )
 @pytest.mark.parametrize("window", [None, 16])
 def test_ragged_forwards_match_transformers(tmp_path, window, kernels):

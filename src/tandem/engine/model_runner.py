@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tandem.kernels import varlen_available
+from tandem.kernels import kernels_available
 from tandem.model.forward_batch import ForwardBatch
 from tandem.model.packed_linear import pack_linears
 from tandem.model.transformer import KVCache, Transformer
@@ -29,7 +29,7 @@ class ModelRunner:
         # The C kernels (kernels=None: whenever they load; False: torch only): decode and verification
         # rows read only their own keys, in one call, and float32 layers fuse their small ops.
         readable = self.cache.k[0].dtype in (torch.float32, torch.bfloat16) and module.config.head_dim <= 256
-        self.kernels = readable and varlen_available() if kernels is None else kernels and readable
+        self.kernels = readable and kernels_available() if kernels is None else kernels and readable
 
     def forward(self, tokens: list[list[int]], slots: list[int], starts: list[int], last_only: bool) -> torch.Tensor:
         """Run every row's new tokens in one forward pass; return float32 logits.

@@ -11,13 +11,9 @@ import math
 
 import torch
 
-from tandem.kernels.build import kernel_library, load_library
+from tandem.kernels.build import check_kv_cache, kernel_library
 
-__all__ = ["varlen_attention", "varlen_available"]
-
-
-def varlen_available() -> bool:
-    return load_library() is not None
+__all__ = ["varlen_attention"]
 
 
 def varlen_attention(
@@ -34,15 +30,12 @@ def varlen_attention(
     start at q[offsets[r]] and sit at positions starts[r].. of KV slot slots[r], whose keys and values
     (keys/values: [slots, kv_heads, max_len, head_dim], float32 or bfloat16) already hold them.
     Returns [N, heads, head_dim] in q's dtype: causal attention of each token over its row's keys."""
-    library = load_library() and kernel_library()
+    library = kernel_library()
     if library is None:
         raise RuntimeError("the C kernels are not available (see the warning when they were loaded)")
     n, heads, head_dim = q.shape
     num_slots, kv_heads, max_len, _ = keys.shape
-    if keys.dtype not in (torch.float32, torch.bfloat16) or values.dtype != keys.dtype:
-        raise TypeError(f"KV cache must be float32 or bfloat16, got {keys.dtype}/{values.dtype}")
-    if not (keys.is_contiguous() and values.is_contiguous()) or values.shape != keys.shape:
-        raise ValueError("keys and values must be contiguous caches of one shape")
+    check_kv_cache(keys, values)
     if heads % kv_heads or head_dim > 256:
         raise ValueError(f"unsupported shape: {heads} heads, {kv_heads} kv heads, head_dim {head_dim}")
     dtype = q.dtype

@@ -26,7 +26,16 @@ from pathlib import Path
 
 import torch  # noqa: F401  (loads torch's OpenMP runtime first, so the kernels share its thread pool)
 
-__all__ = ["load_library", "kernel_library", "kernels_enabled", "cache_dir", "KernelBuildError", "SOURCE"]
+__all__ = [
+    "load_library",
+    "kernel_library",
+    "kernels_available",
+    "kernels_enabled",
+    "check_kv_cache",
+    "cache_dir",
+    "KernelBuildError",
+    "SOURCE",
+]
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_kernels.c"
 # The int8 kernel's quantization must round exactly as fbgemm does: no -ffast-math there.
@@ -146,12 +155,27 @@ def load_library() -> ctypes.CDLL | None:
 _threads_set = [0]
 
 
-def kernel_library() -> ctypes.CDLL:
-    """The loaded kernels, their thread count matched to torch's (process-wide, as torch's is).
-    For callers that already know the kernels loaded."""
+def kernels_available() -> bool:
+    """The C kernels are enabled, built and loaded (else every caller keeps its torch path)."""
+    return load_library() is not None
+
+
+def kernel_library() -> ctypes.CDLL | None:
+    """The loaded kernels (None without them), their thread count matched to torch's (process-wide,
+    as torch's is)."""
     library = load_library()
+    if library is None:
+        return None
     threads = torch.get_num_threads()
     if threads != _threads_set[0]:
         library.tandem_set_threads(threads)
         _threads_set[0] = threads
     return library
+
+
+def check_kv_cache(keys: torch.Tensor, values: torch.Tensor) -> None:
+    """The KV-cache layout every kernel reads and writes: contiguous, one shape, float32 or bfloat16."""
+    if keys.dtype not in (torch.float32, torch.bfloat16) or values.dtype != keys.dtype:
+        raise TypeError(f"KV cache must be float32 or bfloat16, got {keys.dtype}/{values.dtype}")
+    if not (keys.is_contiguous() and values.is_contiguous()) or values.shape != keys.shape:
+        raise ValueError("keys and values must be contiguous caches of one shape")

@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from tandem.kernels.build import kernel_library, load_library
+from tandem.kernels.build import check_kv_cache, kernel_library
 
-__all__ = ["fused_available", "rope_and_cache", "rms_norm", "silu_mul"]
-
-
-def fused_available() -> bool:
-    return load_library() is not None
+__all__ = ["rope_and_cache", "rms_norm", "silu_mul"]
 
 
 def _check(name: str, tensor: torch.Tensor, contiguous: bool = True) -> None:
@@ -45,10 +41,7 @@ def rope_and_cache(
         _check(name, table)
         if table.shape != (n, head_dim):
             raise ValueError(f"{name} must be [N, head_dim]")
-    if keys.dtype not in (torch.float32, torch.bfloat16) or values.dtype != keys.dtype:
-        raise TypeError(f"KV cache must be float32 or bfloat16, got {keys.dtype}/{values.dtype}")
-    if not (keys.is_contiguous() and values.is_contiguous()):
-        raise ValueError("keys and values must be contiguous")
+    check_kv_cache(keys, values)
     positions, slots = positions.long().contiguous(), slots.long().contiguous()
     kernel_library().tandem_rope_and_cache(
         qkv.data_ptr(),

@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from tandem.kernels.build import kernel_library, load_library
+from tandem.kernels.build import kernel_library
 
-__all__ = ["rows_to_unit", "scale_rows", "rowscale_available"]
-
-
-def rowscale_available() -> bool:
-    return load_library() is not None
+__all__ = ["rows_to_unit", "scale_rows"]
 
 
 def rows_to_unit(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

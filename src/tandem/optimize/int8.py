@@ -35,8 +35,8 @@ from tandem.kernels import (
     GEMV_MAX_ROWS,
     int8_gemv_available,
     int8_linear_small,
+    kernels_available,
     rows_to_unit,
-    rowscale_available,
     scale_rows,
 )
 from tandem.model.loader import Model
@@ -82,7 +82,7 @@ class Int8Linear(nn.Module):
             self._packed = torch.ops.quantized.linear_prepack(qweight, None)
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.scratch = scratch or ActivationScratch()
-        self.fused = rowscale_available()  # one C pass each side of the matmul instead of four torch ops
+        self.fused = kernels_available()  # one C pass each side of the matmul instead of four torch ops
         self.weight_bytes = self.out_features * self.in_features + self.out_features * 8
         if self.bias is not None:
             self.weight_bytes += self.bias.numel() * 4
