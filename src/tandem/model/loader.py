@@ -11,6 +11,7 @@ import torch
 
 from tandem.model.config import ModelConfig, load_config
 from tandem.model.errors import ModelLoadError
+from tandem.model.hub import bundled_model_dir, resolve_model
 from tandem.model.tokenizer import Tokenizer
 from tandem.model.transformer import Transformer
 from tandem.model.weights import checkpoint_files, load_weights
@@ -45,8 +46,8 @@ class Model:
 
 
 def default_model_dir() -> Path:
-    """The bundled default target model (models/ in the repository)."""
-    return Path(__file__).resolve().parents[3] / "models" / "tandem-code-target"
+    """The bundled default target model."""
+    return bundled_model_dir()
 
 
 def _generation_config(model_dir: Path) -> dict[str, Any]:
@@ -63,9 +64,9 @@ def _generation_config(model_dir: Path) -> dict[str, Any]:
 
 
 def load_model(path: str | Path | None = None, dtype: str | torch.dtype = "float32") -> Model:
-    model_dir = Path(path) if path is not None else default_model_dir()
-    if not model_dir.is_dir():
-        raise ModelLoadError(f"{model_dir}: model directory does not exist")
+    """Load a model directory, a Hugging Face id (`org/name[@revision]`), or (None) the bundled model."""
+    resolved = resolve_model(path)
+    model_dir = resolved.path
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise ModelLoadError(f"dtype {dtype!r} is not supported (supported: {', '.join(DTYPES)})")
@@ -86,4 +87,4 @@ def load_model(path: str | Path | None = None, dtype: str | torch.dtype = "float
             f"{model_dir / 'tokenizer.json'}: {tokenizer.vocab_size} tokens, more than config.json's "
             f"vocab_size {config.vocab_size}"
         )
-    return Model(model_dir.name, model_dir, config, module, tokenizer, eos_ids, gen)
+    return Model(resolved.name, model_dir, config, module, tokenizer, eos_ids, gen)
