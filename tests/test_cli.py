@@ -41,3 +41,17 @@ def test_prompt_beyond_context_is_a_clear_error(tiny_llama_dir):
 def test_out_of_range_option_is_rejected(tiny_llama_dir):
     result = CliRunner().invoke(cli, ["generate", "--model", str(tiny_llama_dir), "--prompt", "x", "--top-p", "2"])
     assert result.exit_code == 2 and "top-p" in result.output
+
+
+def test_a_bad_recipe_is_one_line_and_exit_2_before_anything_loads():
+    for command in (["profile", "--recipe", "speculative(q=3)"], ["bench", "--recipes", "int9", "--requests", "1"]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+
+
+def test_optimizers_lists_parameters():
+    result = CliRunner().invoke(cli, ["optimizers"], terminal_width=200)
+    assert result.exit_code == 0
+    assert "k: int = 3" in result.output and "lm_head: bool = True" in result.output
