@@ -16,32 +16,57 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
-@click.option("--prompt", required=True, help="Text to complete.")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--temperature", type=click.FloatRange(0, 100), default=0.0, show_default=True, help="0 = greedy")
-@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
-@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
+@click.argument("prompt_arg", metavar="[PROMPT]", required=False)
+@click.option("--prompt", default=None, help="Text to complete (or give it as PROMPT, or on stdin).")
+@click.option("--model", "model_dir", default=None, help="HF model directory or id org/name (default: bundled)")
+@click.option("--recipe", default="baseline", show_default=True, help="Optimizer recipe, e.g. int8+ngram.")
+@click.option("--chat", is_flag=True, help="Treat the prompt as a user message (the model's chat template).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="[default: the model's, else 128]")
+@click.option("--temperature", type=click.FloatRange(0, 100), default=None, help="0 = greedy [default: the model's]")
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=None, help="[default: the model's, 1]")
+@click.option("--top-k", type=click.IntRange(min=0), default=None, help="[default: the model's, 0 = off]")
 @click.option("--seed", type=click.IntRange(min=0), default=None)
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: all cores)")
-def generate(model_dir, prompt, max_tokens, temperature, top_p, top_k, seed, stop, dtype, threads) -> None:
-    """Stream a completion of PROMPT to stdout."""
+def generate(prompt_arg, prompt, model_dir, recipe, chat, max_tokens, temperature, top_p, top_k, seed, stop, dtype,
+             threads) -> None:  # fmt: skip
+    """Stream a completion of PROMPT to stdout (PROMPT, --prompt, or text piped on stdin).
+
+    Sampling follows the model's generation_config.json where a flag is not given (greedy for
+    the bundled model). With --chat the prompt is a user message and only the reply is printed.
+    """
+    text = prompt_arg if prompt_arg is not None else prompt
+    if prompt_arg is not None and prompt is not None:
+        raise click.UsageError("give the prompt once: as PROMPT or with --prompt")
+    if text is None and not sys.stdin.isatty():
+        text = sys.stdin.read()
+    if not text:
+        raise click.UsageError("no prompt: give PROMPT, --prompt TEXT, or pipe text on stdin")
+    from tandem.optimize.cli import check_recipe
+
+    check_recipe(recipe)
     from tandem.engine import Engine, EngineConfig, RequestError, SamplingParams
-    from tandem.model import ModelLoadError, load_model
+    from tandem.model import ChatTemplateError, ModelLoadError, load_model
+    from tandem.model.generation_config import sampling_defaults
+    from tandem.optimize import RecipeError, apply_recipe
 
     try:
         model = load_model(model_dir, dtype=dtype)
+        given = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k}
+        defaults = {"max_tokens": 128, "temperature": 0.0, "top_p": 1.0, "top_k": 0}
+        defaults.update({k: v for k, v in sampling_defaults(model.generation_defaults).items() if k in defaults})
         params = SamplingParams(
-            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop
+            **{k: v if v is not None else defaults[k] for k, v in given.items()}, seed=seed, stop=stop
         )
-        engine = Engine(model, EngineConfig(num_threads=threads, max_num_seqs=1))
-        engine.add_request(prompt, params)
-    except (ModelLoadError, RequestError, ValueError) as exc:
+        engine_input = model.tokenizer.apply_chat_template([{"role": "user", "content": text}]) if chat else text
+        engine = Engine(apply_recipe(model, recipe), EngineConfig(num_threads=threads, max_num_seqs=1))
+        engine.add_request(engine_input, params)
+    except (ModelLoadError, RecipeError, RequestError, ChatTemplateError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     out = sys.stdout
-    out.write(prompt)
+    if not chat:
+        out.write(text)
     while engine.has_unfinished():
         for step_out in engine.step():
             out.write(step_out.new_text)
