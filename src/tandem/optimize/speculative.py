@@ -19,13 +19,14 @@ from tandem.engine.model_runner import ModelRunner
 from tandem.engine.sampler import filtered_probs
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal
+from tandem.model.hub import bundled_draft_dir
 from tandem.model.loader import Model, load_model
 
 __all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir"]
 
 
 def default_draft_dir() -> Path:
-    return Path(__file__).resolve().parents[3] / "models" / "tandem-code-draft"
+    return bundled_draft_dir()
 
 
 @dataclass

@@ -14,6 +14,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from tandem.model.hub import heldout_sample_path
+
 __all__ = ["BenchRequest", "load_workload", "default_trace_path", "heldout_texts"]
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,7 +33,7 @@ def default_trace_path() -> Path:
 
 
 def heldout_texts() -> list[str]:
-    sample = REPO / "models" / "tandem-code-heldout-sample.json"
+    sample = heldout_sample_path()
     if sample.is_file():
         return [f["text"] for f in json.loads(sample.read_text())["files"]]
     # No bundled sample: fall back to this package's own source as prompt text.
