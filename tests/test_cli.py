@@ -41,3 +41,27 @@ def test_prompt_beyond_context_is_a_clear_error(tiny_llama_dir):
 def test_out_of_range_option_is_rejected(tiny_llama_dir):
     result = CliRunner().invoke(cli, ["generate", "--model", str(tiny_llama_dir), "--prompt", "x", "--top-p", "2"])
     assert result.exit_code == 2 and "top-p" in result.output
+
+
+def test_help_imports_neither_torch_nor_the_optimizers():
+    code = (
+        "import sys\n"
+        "from tandem.cli import cli\n"
+        "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('tandem.optimize', 'tandem.engine')))\n"
+        "print('HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout and "serve" in proc.stdout and "bench" in proc.stdout
+
+
+def test_the_lazy_commands_help_is_the_commands_own():
+    import importlib
+
+    from tandem.cli import LAZY_COMMANDS
+
+    for name, (where, short_help) in LAZY_COMMANDS.items():
+        module, _, attribute = where.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert command.name == name and command.get_short_help_str(limit=200) == short_help
