@@ -205,11 +205,10 @@ class Controller:
             self._start_ended(ex.replica, now, ex.error or f"exited with code {ex.code}", ex)
         primary = self.starts.get(self.primary, StartHistory())
         if self.fatal is None and restarts.gave_up(primary, self.config.start_attempts):
-            self.fatal = (
+            self.fatal = (  # the gateway logs it and exits
                 f"no replica of the primary variant {self.primary!r} became ready: {primary.failures} failed to "
                 f"start; the last said: {primary.last_error}"
             )
-            logger.error("%s", self.fatal)
 
     def _start_ended(self, replica: Replica, now: float, error: str, ex: ReplicaExit | None = None) -> None:
         """A replica ended without being asked (or was stopped for not getting ready): count it."""
