@@ -39,26 +39,31 @@ def test_a_yaml_file_is_overridden_by_flags_that_were_given(tmp_path):
     assert config.max_num_seqs == 4 and config.shutdown_timeout == 5.0
 
 
-def test_environment_variables_sit_between_the_file_and_the_flags(tmp_path, monkeypatch):
+def test_environment_variables_sit_between_the_file_and_the_flags(tmp_path):
     path = tmp_path / "serve.yaml"
     path.write_text("max_num_seqs: 4\nport: 9000\nregions: [eu, us]\n")
-    monkeypatch.setenv("TANDEM_MAX_NUM_SEQS", "8")
-    monkeypatch.setenv("TANDEM_PORT", "9200")
-    monkeypatch.setenv("TANDEM_REPLICA_PORTS", "9000-9099")
-    monkeypatch.setenv("TANDEM_ACCESS_LOG", "true")
-    monkeypatch.setenv("TANDEM_CACHE", "/tmp/elsewhere")  # not a setting: left alone
-    config = load_settings(path, {"port": 9300})
+    environ = {
+        "TANDEM_MAX_NUM_SEQS": "8",
+        "TANDEM_PORT": "9200",
+        "TANDEM_REPLICA_PORTS": "9000-9099",
+        "TANDEM_ACCESS_LOG": "true",
+        "TANDEM_CACHE": "/tmp/elsewhere",  # not a setting: left alone
+    }
+    config = load_settings(path, {"port": 9300}, environ)
     assert config.max_num_seqs == 8 and config.port == 9300 and config.access_log is True
     assert config.replica_ports == (9000, 9099) and config.regions == ["eu", "us"] and config.gateway_mode
-    monkeypatch.setenv("TANDEM_REGIONS", "eu, asia")
-    assert load_settings(path).regions == ["eu", "asia"]
+    assert load_settings(path, environ={"TANDEM_REGIONS": "eu, asia"}).regions == ["eu", "asia"]
 
 
-def test_the_config_file_can_come_from_the_environment(tmp_path, monkeypatch):
+def test_the_process_environment_is_read_by_default(monkeypatch):
+    monkeypatch.setenv("TANDEM_MAX_QUEUE", "3")
+    assert load_settings().max_queue == 3
+
+
+def test_the_config_file_can_come_from_the_environment(tmp_path):
     path = tmp_path / "gateway.json"
     path.write_text('{"replicas_max": 3, "api_key": "k"}')
-    monkeypatch.setenv("TANDEM_CONFIG", str(path))
-    config = load_settings()
+    config = load_settings(environ={"TANDEM_CONFIG": str(path)})
     assert config.replicas_max == 3 and config.api_key == "k" and config.gateway_mode
 
 
@@ -84,16 +89,13 @@ def test_bad_files_name_the_file_and_the_field(tmp_path, text, expected):
     assert expected.replace("Value error, ", "") in str(info.value) and str(path) in str(info.value)
 
 
-def test_bad_environment_variables_are_named(monkeypatch):
-    monkeypatch.setenv("TANDEM_MAX_NUM_SEQ", "8")
+def test_bad_environment_variables_are_named():
     with pytest.raises(
         ConfigError, match=r"TANDEM_MAX_NUM_SEQ: unknown setting \(did you mean TANDEM_MAX_NUM_SEQS\?\)"
     ):
-        load_settings()
-    monkeypatch.delenv("TANDEM_MAX_NUM_SEQ")
-    monkeypatch.setenv("TANDEM_PORT", "abc")
+        load_settings(environ={"TANDEM_MAX_NUM_SEQ": "8"})
     with pytest.raises(ConfigError, match="environment variable TANDEM_PORT: Input should be a valid integer"):
-        load_settings()
+        load_settings(environ={"TANDEM_PORT": "abc"})
 
 
 def test_a_bad_flag_value_does_not_blame_the_file(tmp_path):

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 
 from tandem.edge.files import ConfigError, describe_errors, load_mapping, suggest
 
@@ -126,7 +133,9 @@ class Settings(BaseModel):
 
 
 # --- loading: defaults <- file <- environment <- flags ------------------------------------------------
+# What one load_settings call reads, for the sources below (pydantic-settings builds them per call).
 _FILE_VALUES: ContextVar[Mapping[str, Any] | None] = ContextVar("tandem_settings_file", default=None)
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("tandem_settings_environ", default=None)
 
 
 class _FileSource(PydanticBaseSettingsSource):
@@ -137,16 +146,22 @@ class _FileSource(PydanticBaseSettingsSource):
         return dict(_FILE_VALUES.get() or {})
 
 
+class _EnvironSource(EnvSettingsSource):
+    """pydantic-settings' own TANDEM_* reader, over the mapping load_settings was given."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        environ = _ENVIRON.get()
+        return parse_env_vars(os.environ if environ is None else environ, self.case_sensitive, self.env_ignore_empty)
+
+
 class _Layered(BaseSettings, Settings):
     """Settings read through pydantic-settings: flags (init) over TANDEM_* variables over the file."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True, env_ignore_empty=True)
 
     @classmethod
-    def settings_customise_sources(
-        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
-    ):
-        return init_settings, env_settings, _FileSource(settings_cls)
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        return init_settings, _EnvironSource(settings_cls), _FileSource(settings_cls)
 
 
 def settings_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -186,8 +201,7 @@ def load_settings(
 ) -> Settings:
     """Defaults <- file <- TANDEM_* variables <- flags (a flag whose value is None was not given).
 
-    The file is `file`, else TANDEM_CONFIG. `environ` is only checked for typos here; the values are
-    read from the process environment by pydantic-settings (pass the same mapping, os.environ).
+    The file is `file`, else TANDEM_CONFIG. The variables come from `environ` (default: os.environ).
     """
     environ = os.environ if environ is None else environ
     _refuse_env_typos(environ)
@@ -199,13 +213,14 @@ def load_settings(
         _refuse_unknown(values, f"{file}: ", lambda name: name)
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     _refuse_unknown(given, "", lambda name: "--" + name.replace("_", "-"))
-    token = _FILE_VALUES.set(values)
+    tokens = _FILE_VALUES.set(values), _ENVIRON.set(environ)
     try:
         layered = _Layered(**given)
     except ValidationError as exc:
         raise ConfigError("; ".join(_blame(exc, given, environ, file))) from None
     finally:
-        _FILE_VALUES.reset(token)
+        _FILE_VALUES.reset(tokens[0])
+        _ENVIRON.reset(tokens[1])
     return Settings.model_validate(layered.model_dump())
 
 

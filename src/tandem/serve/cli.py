@@ -106,6 +106,9 @@ def serve(config_file: str | None, **flags) -> None:
 
     With --replicas-min/--replicas-max/--policy/--fallback/--regions/--deployment: a gateway that
     routes, autoscales and falls back over local replicas (each a plain `tandem serve`).
+
+    Every flag is also a key of the --config file (max_num_seqs: 8) and a TANDEM_* environment
+    variable (TANDEM_MAX_NUM_SEQS=8); flags win over variables, variables over the file.
     """
     try:
         config = load_settings(config_file, flags)
