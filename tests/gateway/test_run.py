@@ -113,11 +113,11 @@ def test_a_bad_recipe_ends_the_gateway_with_the_replicas_own_error_within_a_minu
 
 def test_sigkill_of_the_gateway_leaves_no_replica_behind(serve_model_dir, tmp_path):
     args = ["--model", str(serve_model_dir), "--served-model-name", MODEL_NAME, "--threads", "1", "--recipe"]
-    args += ["baseline", "--replicas-min", "2", "--replicas-max", "2", "--policy", "hpa"]
+    args += ["baseline", "--replicas-min", "1", "--replicas-max", "1", "--policy", "hpa"]
     gateway = ServerProcess(args + ["--log-dir", str(tmp_path / "replicas")], tmp_path / "gateway.log")
     try:
         gateway.wait_ready(timeout=120)
-        wait_for(lambda: len(replica_processes(str(serve_model_dir))) == 2, 60, "both replicas to run")
+        wait_for(lambda: replica_processes(str(serve_model_dir)), 60, "the replica to run")
         os.kill(gateway.proc.pid, signal.SIGKILL)
         gateway.proc.wait(10)
         wait_for(lambda: not replica_processes(str(serve_model_dir)), 10, "the orphaned replicas to exit")

@@ -160,7 +160,9 @@ class _Layered(BaseSettings, Settings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True, env_ignore_empty=True)
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         return init_settings, _EnvironSource(settings_cls), _FileSource(settings_cls)
 
 
