@@ -93,3 +93,27 @@ def test_generate_follows_the_models_generation_config(tiny_llama_dir, tmp_path)
     default = CliRunner().invoke(cli, ["generate", "--model", str(model), "x"])
     assert default.exit_code == 0 and default.output == result.output  # 3 tokens, greedy, from the file
     assert len(tokenizer.encode(default.output[1:].rstrip("\n"), add_special_tokens=False)) <= 3
+
+
+def test_help_imports_neither_torch_nor_the_optimizers():
+    code = (
+        "import sys\n"
+        "from tandem.cli import cli\n"
+        "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('tandem.optimize', 'tandem.engine')))\n"
+        "print('HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout and "serve" in proc.stdout and "bench" in proc.stdout
+
+
+def test_the_lazy_commands_help_is_the_commands_own():
+    import importlib
+
+    from tandem.cli import LAZY_COMMANDS
+
+    for name, (where, short_help) in LAZY_COMMANDS.items():
+        module, _, attribute = where.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert command.name == name and command.get_short_help_str(limit=200) == short_help

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import dockerfile
 import kubernetes_validate
 import pytest
@@ -62,7 +63,8 @@ def test_probes_grace_period_and_args_fit_the_server(manifests):
     assert pod["terminationGracePeriodSeconds"] > drain_s
     assert pod["securityContext"]["runAsNonRoot"] is True
     # The args are flags `tandem serve` accepts (parsed by the real command, nothing started).
-    context = cli.commands["serve"].make_context("serve", list(args))
+    serve = cli.get_command(click.Context(cli), "serve")
+    context = serve.make_context("serve", list(args))
     assert context.params["shutdown_timeout"] == drain_s
     service = next(m for m in manifests if m["kind"] == "Service")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]

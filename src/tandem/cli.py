@@ -1,15 +1,74 @@
-"""The `tandem` command. Bad input ends with a one-line message and a non-zero exit, never a traceback."""
+"""The `tandem` command. Bad input ends with a one-line message and a non-zero exit, never a traceback.
+
+Sub-commands live beside the code they drive and are imported only when run (`LazyGroup`), so
+`tandem --help` imports neither torch nor the optimizers, and `tandem serve` in gateway mode never
+loads torch at all.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "LAZY_COMMANDS"]
+
+# name -> (module:attribute, the command's one-line help as `tandem --help` lists it; a test keeps
+# these equal to the commands' own).
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": (
+        "tandem.serve.cli:serve",
+        "Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics).",
+    ),
+    "zoo": ("tandem.zoo.cli:zoo", "The bundled models: build them from the Python standard library."),
+    "optimizers": (
+        "tandem.optimize.cli:optimizers_command",
+        "List every registered optimizer (built-in and plug-in): version, description, parameters.",
+    ),
+    "profile": (
+        "tandem.optimize.cli:profile_command",
+        "Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start).",
+    ),
+    "bench": (
+        "tandem.optimize.cli:bench_command",
+        "Run one trace-shaped workload through each recipe and through transformers; print ratios.",
+    ),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported when invoked; its listing needs none of them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in LAZY_COMMANDS:
+            return super().get_command(ctx, name)
+        module, _, attribute = LAZY_COMMANDS[name][0].partition(":")
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except ModuleNotFoundError as exc:  # an optional part's dependency is missing: no such command
+            if exc.name is None or not module.startswith(exc.name):
+                raise
+            return None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in LAZY_COMMANDS:
+                rows.append((name, LAZY_COMMANDS[name][1]))
+            else:
+                command = super().get_command(ctx, name)
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tandem")
 def cli() -> None:
     """tandem: an LLM inference platform (optimization layer + scheduling layer)."""
@@ -72,24 +131,6 @@ def generate(prompt_arg, prompt, model_dir, recipe, chat, max_tokens, temperatur
             out.write(step_out.new_text)
             out.flush()
     out.write("\n")
-
-
-def _register_optional_groups() -> None:
-    # Sub-commands live beside the code they drive; each registers itself here.
-    import importlib
-
-    for module, name in (("tandem.zoo.cli", "zoo"), ("tandem.serve.cli", "serve"), ("tandem.optimize.cli", None)):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):
-                raise
-            continue
-        for command in [getattr(mod, name)] if name else getattr(mod, "COMMANDS", []):
-            cli.add_command(command)
-
-
-_register_optional_groups()
 
 
 def main() -> None:

@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from server_process import ServerProcess
 from tiny_models import save_tiny
 
 from tandem.model import Tokenizer
-
-from .server_process import ServerProcess
 
 API_KEY = "test-key-123"
 MODEL_NAME = "tiny"

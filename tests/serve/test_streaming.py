@@ -10,11 +10,11 @@ import time
 
 import httpx
 import pytest
+from metrics_text import scrape, value
 
 from tandem.serve.streaming import SSE_DONE, ClientDisconnected, merge, sse, until_disconnect
 
 from .conftest import CONTEXT, MODEL_NAME
-from .metrics_text import scrape, value
 
 LABELS = {"model_name": MODEL_NAME, "recipe": "baseline"}
 

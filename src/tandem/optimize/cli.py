@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-__all__ = ["COMMANDS", "BadRecipe", "check_recipe"]
+__all__ = ["BadRecipe", "bench_command", "check_recipe", "optimizers_command", "profile_command"]
 
 
 class BadRecipe(click.ClickException):
@@ -44,14 +44,18 @@ def optimizers_command() -> None:
 
 @click.command("profile")
 @click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
-@click.option("--recipe", default="baseline", show_default=True, help="e.g. int8+speculative(k=4)")
+@click.option(
+    "--recipe",
+    default=None,
+    help="e.g. int8+speculative(k=4) (default: the recipe `tandem serve` serves, the bench's best)",
+)
 @click.option("--batch-sizes", default="1,2,4,8,16,32", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--threads", type=click.IntRange(min=1), default=None)
 def profile_command(model_dir, recipe, batch_sizes, output, threads) -> None:
     """Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start)."""
     from tandem.model import ModelLoadError
-    from tandem.optimize import RecipeError
+    from tandem.optimize import RecipeError, defaults
     from tandem.optimize.profile import measure_profile
 
     try:
@@ -60,7 +64,7 @@ def profile_command(model_dir, recipe, batch_sizes, output, threads) -> None:
             raise ValueError
     except ValueError:
         raise click.BadParameter("a comma-separated list of positive integers", param_hint="--batch-sizes") from None
-    check_recipe(recipe)
+    recipe = check_recipe(recipe or defaults.DEFAULT_RECIPE)
     try:
         profile = measure_profile(model_dir, recipe, batch_sizes=sizes, threads=threads)
     except (ModelLoadError, RecipeError, ValueError) as exc:
@@ -167,6 +171,3 @@ def bench_command(
             "results": results,
         }
         Path(json_path).write_text(json.dumps(payload, indent=2) + "\n")
-
-
-COMMANDS = [optimizers_command, profile_command, bench_command]

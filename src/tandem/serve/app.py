@@ -8,20 +8,21 @@ other front ends can build an app around any ServedModel.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from tandem.serve.auth import ApiKeyMiddleware
-from tandem.serve.config import ServerConfig
-from tandem.serve.errors import install_error_handlers
-from tandem.serve.limits import BodySizeLimitMiddleware
+from tandem.edge.auth import ApiKeyMiddleware
+from tandem.edge.errors import install_error_handlers
+from tandem.edge.limits import BodySizeLimitMiddleware
+from tandem.edge.settings import Settings
 from tandem.serve.openai_api import build_router
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
@@ -42,7 +43,7 @@ def describe_load_error(exc: BaseException) -> str:
 
 
 def create_app(
-    config: ServerConfig,
+    config: Settings,
     load: Callable[[], ServedModel],
     *,
     clock: Callable[[], float] = time.monotonic,
@@ -112,6 +113,12 @@ def create_app(
             return JSONResponse({"status": "ready", "model": state.served.name, "recipe": state.served.recipe})
         status = "draining" if state.admission.draining else ("failed" if state.load_error else "loading")
         return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
+
+    @app.get("/load")
+    async def load_report(request: Request) -> dict:
+        """This replica's ReplicaLoad (running, waiting, KV fraction in use, healthy): what routers decide on."""
+        server = request.scope.get("server") or (config.host, config.port)
+        return dataclasses.asdict(state.load(f"{server[0]}:{server[1]}"))
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -15,10 +15,10 @@ from contextlib import aclosing
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from tandem.edge.errors import APIError, error_body
 from tandem.engine.async_engine import EngineStoppedError
 from tandem.serve import responses as R
 from tandem.serve.admission import Lease
-from tandem.serve.errors import APIError, error_body
 from tandem.serve.generation import ChoiceResult, Generation
 from tandem.serve.plan import plan_chat, plan_completion
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tandem.serve.errors import APIError, error_response
+from tandem.edge.errors import APIError, error_response
 
 __all__ = ["BodySizeLimitMiddleware"]
 

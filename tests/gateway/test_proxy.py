@@ -1,8 +1,9 @@
 """The gateway's proxy in process: a FakeBackend's replicas answered by an httpx MockTransport.
 
 Fast checks of each path through `proxy`: region routing, retries on another replica and on the
-fallback, client errors passed through, buffering while nothing is ready, stream failures before
-and after the first byte.
+fallback, client errors passed through, buffering while nothing is ready (and a drain answering
+it at once), stream failures before and after the first byte, replicas' own loads steering the
+router away from a saturated replica, and the request metrics.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from collections.abc import Callable
 import httpx
 
 from tandem.cluster.fake import FakeBackend
+from tandem.gateway.app import create_gateway_app
+from tandem.gateway.loads import poll_loads
+from tandem.gateway.proxy import REGION_HEADER
+from tandem.gateway.wiring import Gateway, build_gateway
 from tandem.schedule.deployment import parse_deployment
-from tandem.serve.gateway import REGION_HEADER, Gateway, build_gateway, create_gateway_app
 
-from .gateway_harness import metric
+from .harness import metric
 
 OK = {"choices": [{"text": "hi"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
 SSE = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b"}]}\n\ndata: [DONE]\n\n'
@@ -105,8 +109,12 @@ def test_client_errors_pass_through_and_exhausted_retries_are_a_503():
     gw, seen = _gateway(raw, lambda r: httpx.Response(500, json=error))
     response = call(gw)
     assert response.status_code == 503 and response.json()["error"]["code"] == "upstream_failed"
+    assert response.json()["error"]["type"] == "server_error"
     assert seen == ["fast-1", "base-3"]  # the fallback failed too, with no other replica of its own: a 503
     assert not gw.inflight.running
+    text = asyncio.run(_metrics(gw))
+    assert metric(text, "tandem:gateway_requests_total", variant="base", code="503") == 1
+    assert metric(text, "tandem:gateway_retries_total", variant="fast") == 1
 
 
 def test_a_request_waits_for_a_replica_then_gets_a_503():
@@ -126,6 +134,72 @@ def test_a_request_waits_for_a_replica_then_gets_a_503():
     response = asyncio.run(scenario())
     assert response.status_code == 503 and response.json()["error"]["code"] == "no_replica"
     assert buffered == [1] and gw.controller.buffered("fast") == 0
+
+
+def test_a_drain_answers_waiting_requests_at_once():
+    backend = FakeBackend(clock=lambda: 0.0)
+    gw = build_gateway(
+        parse_deployment({"variants": [one()], "policy": HPA}), backend, buffer_timeout_s=60.0,
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json=OK)),
+    )  # fmt: skip
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        task = asyncio.create_task(_call(gw, {"prompt": "p"}))
+        while not gw.inflight.buffered:
+            await asyncio.sleep(0.01)
+        gw.begin_drain()  # SIGTERM
+        waiting = await asyncio.wait_for(task, 5.0)
+        return waiting, await _call(gw, {"prompt": "p"})
+
+    waiting, late = asyncio.run(scenario())
+    for response in (waiting, late):
+        assert response.status_code == 503 and response.json()["error"]["code"] == "shutting_down"
+    assert not gw.inflight.buffered
+
+
+def test_reported_loads_steer_requests_away_from_a_saturated_replica():
+    """fast-1 is full of requests from elsewhere (its own GET /load says so); the gateway sends to fast-2."""
+    reports = {
+        "fast-1": {"running": 8, "waiting": 5, "kv_used": 1.0, "healthy": True},
+        "fast-2": {"running": 1, "waiting": 0, "kv_used": 0.125, "healthy": True},
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/load":
+            return httpx.Response(200, json={"replica_id": request.url.host, **reports[request.url.host]})
+        return httpx.Response(200, json=OK)
+
+    gw, seen = _gateway({"variants": [one(lo=2)], "policy": HPA}, handler)
+
+    async def poll_then_call() -> list[int]:
+        gw.client = httpx.AsyncClient(transport=gw.transport)
+        assert await poll_loads(gw) == 2
+        await gw.client.aclose()
+        return [(await _call(gw, {"model": "m", "prompt": "p"})).status_code for _ in range(4)]
+
+    assert asyncio.run(poll_then_call()) == [200] * 4
+    polls, proxied = seen[:2], seen[2:]
+    assert sorted(polls) == ["fast-1", "fast-2"]
+    assert proxied == ["fast-2"] * 4  # with no reports the tie (0 in flight each) would go to fast-1
+    loads = {load.replica_id: load for load in gw.dispatcher.loads()}
+    assert (loads["fast-1"].running, loads["fast-1"].waiting, loads["fast-1"].kv_used) == (8, 5, 1.0)
+
+
+def test_a_load_report_naming_another_replica_is_ignored():
+    def handler(request: httpx.Request) -> httpx.Response:  # a port reused by some other replica
+        return httpx.Response(200, json={"replica_id": "stranger", "running": 0, "waiting": 0, "kv_used": 0.0,
+                                         "healthy": True})  # fmt: skip
+
+    gw, _ = _gateway({"variants": [one()], "policy": HPA}, handler)
+
+    async def poll() -> int:
+        gw.client = httpx.AsyncClient(transport=gw.transport)
+        try:
+            return await poll_loads(gw)
+        finally:
+            await gw.client.aclose()
+
+    assert asyncio.run(poll()) == 0 and gw.inflight.reports == {}
 
 
 class _BrokenStream(httpx.AsyncByteStream):
@@ -155,6 +229,8 @@ def test_a_stream_that_breaks_before_its_first_byte_is_rerun_after_it_ends_with_
     )
     response = call(gw, body)
     assert response.status_code == 200 and response.content.startswith(SSE[:40])
-    event = json.loads(response.text.rsplit("data: ", 1)[1])
-    assert event["error"]["code"] == "replica_unreachable" and len(seen) == 1
-    assert not gw.inflight.running
+    assert response.text.endswith("data: [DONE]\n\n")
+    event = json.loads(response.text.rsplit("data: ", 2)[1])
+    assert event["error"]["code"] == "replica_unreachable" and event["error"]["type"] == "server_error"
+    assert len(seen) == 1 and not gw.inflight.running
+    assert metric(asyncio.run(_metrics(gw)), "tandem:gateway_stream_errors_total", variant="fast") == 1

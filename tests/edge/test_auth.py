@@ -1,6 +1,6 @@
 """Bearer-token parsing for the API key check."""
 
-from tandem.serve.auth import bearer_token
+from tandem.edge.auth import bearer_token
 
 
 def test_bearer_token():

@@ -1,5 +1,9 @@
 """OpenAI-style errors: every failure leaves as {"error": {"message", "type", "param", "code"}}.
 
+The one builder of that body (`error_body`), used by the server, the gateway and the SSE error
+events both send. `type` is spelled one way per class of status: "invalid_request_error" for a
+4xx, "rate_limit_error" for 429, "server_error" for a 5xx (OpenAI's own spellings).
+
 Handlers turn FastAPI's validation errors (malformed JSON, wrong types, out-of-range values)
 into 400s naming the field, Starlette's 404/405 into the same shape, and anything unexpected into
 a 500 whose body carries no traceback (the traceback goes to the log).
@@ -15,20 +19,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-__all__ = ["APIError", "error_body", "error_response", "install_error_handlers", "validation_message"]
+__all__ = [
+    "APIError",
+    "error_body",
+    "error_response",
+    "error_type",
+    "install_error_handlers",
+    "validation_message",
+]
 
-logger = logging.getLogger("tandem.serve")
+logger = logging.getLogger("tandem.http")
 
-_TYPES = {
-    400: "invalid_request_error",
-    401: "invalid_request_error",
-    404: "invalid_request_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "internal_server_error",
-    503: "service_unavailable_error",
-}
+
+def error_type(status: int) -> str:
+    """The body's `type` for a status: one spelling per class of status."""
+    if status == 429:
+        return "rate_limit_error"
+    return "server_error" if status >= 500 else "invalid_request_error"
 
 
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
@@ -55,9 +62,7 @@ class APIError(Exception):
 
 
 def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {
-        "error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param, "code": code}
-    }
+    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
 def error_response(error: APIError) -> JSONResponse:
@@ -88,6 +93,8 @@ def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None, s
     if kind == "missing":
         return f"{param}: this field is required", param, "missing_required_parameter"
     if param is None:  # the body itself, not a field, is wrong
+        if kind == "value_error":  # a check across fields ("give exactly one of ...")
+            return msg, None, "invalid_request"
         return "the request body must be a JSON object", None, "invalid_request"
     if kind == "extra_forbidden":
         return f"{param}: unknown field", param, "unknown_parameter"

@@ -3,7 +3,7 @@
 (a) 20% injected failures on the optimized variant: zero client errors, fallbacks counted, the
     breaker opens, half-opens and closes once the fault stops;
 (b) a replica SIGKILLed under streaming load: no request that had not started streaming is lost;
-(c) `controller.use(...)` under load: zero failed requests.
+(c) `POST /admin/use` under load (a rollout to another recipe): zero failed requests.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import httpx
 import pytest
 
 from tandem.schedule.rollout import Phase
-from tandem.schedule.variant import Variant
 
-from .gateway_harness import REPLICA_ARGS, Load, RunningGateway, metric, variant, wait_for
+from .harness import Load, RunningGateway, metric, total_retries, variant, wait_for
 
 
 class FaultyTransport(httpx.AsyncBaseTransport):
@@ -86,7 +85,7 @@ def test_injected_failures_fall_back_with_no_client_error_and_the_breaker_recove
         finally:
             after = quiet.stop()
         assert after.failures == [] and after.ok >= 2
-        assert gw.gw.counts["errors"] == 0
+        assert gw.errors() == 0
         gw.settled()
 
         # A client that leaves mid-stream: the attempt is abandoned, the replica's request ends.
@@ -126,7 +125,7 @@ def test_a_killed_replica_loses_no_request_that_had_not_started_streaming(serve_
         assert all("replica_" in detail for detail in outcomes.broken_mid_stream), outcomes.broken_mid_stream
         assert any(r.replica_id == busy and r.exit_code == -signal.SIGKILL for r in gw.backend.exited)
         # The killed replica had >= 2 requests: each was re-run elsewhere, or (if streaming) ended with an error.
-        assert gw.gw.counts["retries"] + len(outcomes.broken_mid_stream) >= 1
+        assert total_retries(gw.metrics()) + len(outcomes.broken_mid_stream) >= 1
         gw.wait_ready("fast", count=2, timeout=60)  # the controller replaced it
     finally:
         gw.stop()
@@ -141,22 +140,30 @@ def test_a_rollout_under_load_fails_no_request(serve_model_dir, tmp_path):
         "policy": {"name": "hpa", "interval_s": 0.5, "params": {"target": 100}},
         "controller": {"drain_timeout_s": 30},
     }
-    gw = RunningGateway(raw, tmp_path / "logs")
+    gw = RunningGateway(raw, tmp_path / "logs", api_key="op-key")
+    auth = {"Authorization": "Bearer op-key"}
     try:
         gw.wait_ready("fast")
-        load = Load(gw.url, workers=4, stream=lambda n: n % 2 == 0, max_tokens=24)
+        load = Load(gw.url, workers=4, stream=lambda n: n % 2 == 0, max_tokens=24, headers=auth)
         try:
             wait_for(lambda: load.outcomes.ok >= 4, 60, "the load to get going")
-            new = Variant("new", "bf16", model=str(serve_model_dir), threads=1, extra_args=tuple(REPLICA_ARGS))
-            gw.gw.controller.use(new)
-            wait_for(lambda: gw.gw.controller.rollout.phase is Phase.DONE, 120, "the rollout to finish")
-            wait_for(lambda: {r.variant for r in gw.backend.list()} == {"new"}, 60, "the old variant to drain")
+            accepted = httpx.post(gw.url + "/admin/use", json={"recipe": "bf16"}, headers=auth, timeout=30)
+            assert accepted.status_code == 202, accepted.text
+            assert accepted.json()["rollout"]["new"] == "bf16"
+
+            def phase() -> str:
+                return httpx.get(gw.url + "/admin/rollout", headers=auth, timeout=10).json()["rollout"]["phase"]
+
+            wait_for(lambda: phase() == Phase.DONE, 120, "the rollout to finish")
+            wait_for(lambda: {r.variant for r in gw.backend.list()} == {"bf16"}, 60, "the old variant to drain")
             served = load.outcomes.ok
             wait_for(lambda: load.outcomes.ok >= served + 4, 60, "requests on the new variant")
         finally:
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
-        assert gw.gw.controller.primary == "new"
+        assert gw.gw.controller.primary == "bf16" and gw.errors() == 0
+        replicas = httpx.get(gw.url + "/admin/replicas", headers=auth, timeout=10).json()["replicas"]
+        assert {(r["variant"], r["recipe"], r["state"]) for r in replicas} == {("bf16", "bf16", "ready")}
         gw.settled()
         assert all(r.exit_code == 0 for r in gw.backend.exited if r.variant == "fast")
         assert httpx.get(gw.url + "/ready", timeout=10).status_code == 200

@@ -23,9 +23,11 @@ def free_port() -> int:
 
 
 def _environment(extra: dict[str, str] | None) -> dict[str, str]:
-    # The tester's own TANDEM_API_KEY must not leak into servers meant to run without a key.
-    env = {k: v for k, v in os.environ.items() if k != "TANDEM_API_KEY"}
-    src = str(Path(__file__).resolve().parents[2] / "src")
+    # The tester's own TANDEM_* settings (an API key, a config file) must not leak into the servers.
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") or k in ("TANDEM_CACHE", "TANDEM_KERNELS")
+    }
+    src = str(Path(__file__).resolve().parents[1] / "src")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     return {**env, **(extra or {})}
 

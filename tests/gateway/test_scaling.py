@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from .gateway_harness import MODEL_NAME, Load, RunningGateway, metric, variant, wait_for
+from .harness import MODEL_NAME, Load, RunningGateway, metric, variant, wait_for
 
 
 @pytest.mark.slow
@@ -53,6 +53,6 @@ def test_a_burst_scales_up_and_back_down_with_no_failed_request(serve_model_dir,
         assert metric(text, "tandem:scale_decisions_total", policy="hpa", direction="down") >= 1
         assert metric(text, "tandem:replicas", variant="fast", state="ready") == 1
         assert all(r.exit_code == 0 for r in gw.backend.exited), gw.backend.exited  # drained, then SIGTERM
-        assert gw.gw.counts["errors"] == 0
+        assert gw.errors() == 0
     finally:
         gw.stop()

@@ -1,6 +1,7 @@
-"""API-key check for /v1 routes (an ASGI middleware, so a bad key is refused before the body is read).
+"""API-key check (an ASGI middleware, so a bad key is refused before the body is read).
 
-Health, readiness and metrics stay open: load balancers and Prometheus probe them without keys.
+It guards the paths under `protected` (the server: /v1; the gateway: /v1 and /admin). Health,
+readiness, load and metrics stay open: load balancers, gateways and Prometheus probe them without keys.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ import hmac
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tandem.serve.errors import APIError, error_response
+from tandem.edge.errors import APIError, error_response
 
 __all__ = ["ApiKeyMiddleware", "bearer_token"]
 
-PROTECTED_PREFIX = "/v1"
+PROTECTED_PREFIXES: tuple[str, ...] = ("/v1",)
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -25,12 +26,13 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 class ApiKeyMiddleware:
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_key: str, protected: tuple[str, ...] = PROTECTED_PREFIXES) -> None:
         self.app = app
         self._key = api_key.encode()
+        self._protected = protected
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIX):
+        if scope["type"] != "http" or not scope["path"].startswith(self._protected):
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])

@@ -1,13 +1,13 @@
-"""A real gateway (uvicorn in a thread, on a loopback port) in front of real local replicas.
+"""A real gateway (uvicorn in a thread, on a loopback port) in front of real local replicas, and a
+gateway as its own process (`tandem serve --replicas-* ...`).
 
-The test keeps the `Gateway` object, so it can kill a replica by pid, call `controller.use(...)`
-or read the breakers, while clients talk HTTP to the gateway exactly as they would in production.
+The in-thread one keeps the `Gateway` object, so a test can kill a replica by pid or read the
+in-flight counts, while clients talk HTTP to the gateway exactly as they would in production.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 import time
@@ -17,12 +17,13 @@ from typing import Any
 
 import httpx
 import uvicorn
+from metrics_text import parse, total, value
+from server_process import free_port
 
 from tandem.cluster.local import LocalBackend, popen_spawner
+from tandem.gateway.app import create_gateway_app
+from tandem.gateway.wiring import Gateway, build_gateway
 from tandem.schedule.deployment import parse_deployment
-from tandem.serve.gateway import Gateway, build_gateway, create_gateway_app
-
-from .server_process import free_port
 
 MODEL_NAME = "tiny"
 REPLICA_ARGS = ["--served-model-name", MODEL_NAME, "--max-num-seqs", "8", "--max-queue", "64"]
@@ -42,20 +43,27 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: flo
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The value of one sample in Prometheus text, or None."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
-        if all(found.get(k) == v for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of the one sample named `name` with these labels in Prometheus text (0 when absent)."""
+    return value(parse(text), name, **labels)
+
+
+def server_errors(text: str) -> float:
+    """Requests the gateway answered with a 5xx."""
+    return total(parse(text), "tandem:gateway_requests_total", lambda labels: labels["code"].startswith("5"))
+
+
+def total_retries(text: str) -> float:
+    """Attempts the gateway re-ran after a failure, all variants."""
+    return total(parse(text), "tandem:gateway_retries_total")
 
 
 class RunningGateway:
-    def __init__(self, raw: dict[str, Any], log_dir: Path, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "TANDEM_API_KEY"}
+    def __init__(
+        self, raw: dict[str, Any], log_dir: Path, transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
+    ) -> None:  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") or k == "TANDEM_CACHE"}
         backend = LocalBackend(spawn=popen_spawner(log_dir), base_env=env, kill_after_s=20.0)
         self.log_dir = log_dir
         self.gw: Gateway = build_gateway(
@@ -64,8 +72,9 @@ class RunningGateway:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            create_gateway_app(self.gw), host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
-        )
+            create_gateway_app(self.gw, api_key=api_key), host="127.0.0.1", port=self.port, log_level="warning",
+            lifespan="on",
+        )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.server.install_signal_handlers = lambda: None  # not the main thread
         self.thread = threading.Thread(target=self.server.run, name="gateway", daemon=True)
@@ -94,6 +103,9 @@ class RunningGateway:
 
     def metrics(self) -> str:
         return httpx.get(self.url + "/metrics", timeout=10).text
+
+    def errors(self) -> float:
+        return server_errors(self.metrics())
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -155,8 +167,12 @@ def one_request(client: httpx.Client, url: str, outcomes: Outcomes, stream: bool
 class Load:
     """`workers` client threads sending requests to the gateway until stopped."""
 
-    def __init__(self, url: str, workers: int, stream: Callable[[int], bool], max_tokens: int = 24) -> None:
+    def __init__(
+        self, url: str, workers: int, stream: Callable[[int], bool], max_tokens: int = 24,
+        headers: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.url = url
+        self.headers = headers
         self.outcomes = Outcomes()
         self.stopped = threading.Event()
         self.threads = [
@@ -166,7 +182,7 @@ class Load:
             thread.start()
 
     def _work(self, worker: int, stream: Callable[[int], bool], max_tokens: int) -> None:
-        with httpx.Client(timeout=120) as client:
+        with httpx.Client(timeout=120, headers=self.headers) as client:
             n = 0
             while not self.stopped.is_set():
                 one_request(client, self.url, self.outcomes, stream(worker + n), max_tokens)

@@ -1,6 +1,6 @@
 """Validation errors become one OpenAI-style message naming the field."""
 
-from tandem.serve.errors import error_body, validation_message
+from tandem.edge.errors import error_body, validation_message
 
 
 def test_field_paths_drop_body_and_union_members():
@@ -29,3 +29,12 @@ def test_error_body_shape():
     assert error_body(429, "busy", code="queue_full") == {
         "error": {"message": "busy", "type": "rate_limit_error", "param": None, "code": "queue_full"}
     }
+
+
+def test_one_spelling_of_type_per_class_of_status():
+    types = {status: error_body(status, "m")["error"]["type"] for status in (400, 401, 404, 413, 429, 500, 502, 503)}
+    assert types == {
+        400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+        413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 502: "server_error",
+        503: "server_error",
+    }  # fmt: skip
