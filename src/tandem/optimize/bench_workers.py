@@ -41,7 +41,7 @@ def _row_runner(spec: RowSpec):
     from tandem.model.loader import load_model
     from tandem.optimize.bench import _run_engine
     from tandem.optimize.registry import apply_recipe
-    from tandem.optimize.workload import BenchRequest, load_workload
+    from tandem.workload import BenchRequest, load_workload
 
     probe = load_model(spec.model_dir)
     max_len = min(probe.config.max_position_embeddings, 2048)
