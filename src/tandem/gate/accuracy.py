@@ -4,7 +4,8 @@ Evidence per pair (tandem.gate.agreement): top-1 agreement over compared positio
 log-likelihood gap per token, teacher-forced where the servers take `echo`, else on the shared
 prefix of the two generations; and, for greedy requests, whether the two outputs are identical.
 Pooled over pairs (total agreeing positions / total positions), with one-sided bounds from the
-paired bootstrap over pairs:
+paired bootstrap over pairs (PASS reads a bound at `confidence`, FAIL one Bonferroni-corrected
+for the two statistics):
 - agreement PASSES when its lower bound reaches `min_top1_agreement`, FAILS when its upper bound
   is below it;
 - the gap PASSES when its upper bound is at most `max_logprob_gap`, FAILS when its lower bound
@@ -23,7 +24,7 @@ import numpy as np
 
 from tandem.gate.config import GateConfig
 from tandem.gate.pairs import Pair
-from tandem.gate.stats import paired_bounds
+from tandem.gate.stats import fail_confidence, paired_bounds
 from tandem.gate.verdict import MetricVerdict, Verdict, worst
 
 __all__ = ["judge_accuracy", "pooled_ratio"]
@@ -66,11 +67,13 @@ def judge_accuracy(pairs: Sequence[Pair], config: GateConfig, teacher_forcing_of
         )
         return MetricVerdict("accuracy", worst(verdicts), tuple(reasons), len(scored), stats)
 
+    fail_at = fail_confidence(config.confidence, 2)  # agreement and the gap
     agree = np.array([p.agreement.agree for p in scored], dtype=float)  # type: ignore[union-attr]
     positions = np.array([p.agreement.positions for p in scored], dtype=float)  # type: ignore[union-attr]
     bound = paired_bounds(
         pooled_ratio, (agree, positions),
-        confidence=config.confidence, resamples=config.bootstrap_resamples, seed=config.seed + 10,
+        low_confidence=config.confidence, high_confidence=fail_at,  # PASS reads the low bound, FAIL the high
+        resamples=config.bootstrap_resamples, seed=config.seed + 10,
     )  # fmt: skip
     total = int(positions.sum())
     stats["top1_agreement"] = {"rate": bound.estimate, "low": bound.low, "high": bound.high, "positions": total,
@@ -95,7 +98,8 @@ def judge_accuracy(pairs: Sequence[Pair], config: GateConfig, teacher_forcing_of
         counts = np.array([p.agreement.gap_positions for p in gapped], dtype=float)  # type: ignore[union-attr]
         gap = paired_bounds(
             pooled_ratio, (sums, counts),
-            confidence=config.confidence, resamples=config.bootstrap_resamples, seed=config.seed + 11,
+            low_confidence=fail_at, high_confidence=config.confidence,
+            resamples=config.bootstrap_resamples, seed=config.seed + 11,
         )  # fmt: skip
         stats["logprob_gap"] = {"nats_per_token": gap.estimate, "low": gap.low, "high": gap.high,
                                 "tokens": int(counts.sum()), "threshold": config.max_logprob_gap}  # fmt: skip

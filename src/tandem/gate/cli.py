@@ -189,6 +189,7 @@ def gate_command(
     gate = Gate(
         config, incumbent=inc, candidate=cand, pairs=log, started_at=time.monotonic(),
         mirror_counts=lambda: pair_run.mirror, teacher_forcing_off=lambda: pair_run.teacher_forcing_off,
+        looks=1,  # offline: one judgement, on everything
     )  # fmt: skip
     gate.evaluate(time.monotonic(), final=True)
     verdict = gate.verdict.to_dict() if gate.verdict is not None else None

@@ -5,7 +5,7 @@ gate:
   candidate: fast              # the variant on trial (the deployment's variant name)
   fraction: 0.2                # share of live requests mirrored to it
   auto_promote: true           # on PASS of all three verdicts, switch to it (Controller.use)
-  min_samples: {latency: 50, accuracy: 30, errors: 20}
+  min_samples: {latency: 100, accuracy: 30, errors: 20}
   max_samples: 1000            # still undecided after this many pairs: INCONCLUSIVE, stop shadowing
   deadline_s: 3600             # ... or after this long
   tolerances:
@@ -44,7 +44,7 @@ class _Strict(BaseModel):
 
 
 class MinSamples(_Strict):
-    latency: int = Field(50, ge=2)
+    latency: int = Field(100, ge=2)
     accuracy: int = Field(30, ge=1)
     errors: int = Field(20, ge=1)
 
@@ -115,7 +115,7 @@ class GateConfig:
     candidate: str
     fraction: float = 0.2
     auto_promote: bool = True
-    min_latency_samples: int = 50
+    min_latency_samples: int = 100
     min_accuracy_samples: int = 30
     min_error_samples: int = 20
     max_samples: int = 1000

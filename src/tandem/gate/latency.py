@@ -9,10 +9,11 @@ streamed pairs have them; TPOT needs two output tokens). For each of the two, tw
   same sample size, with no more false fails).
 Each statistic gets one-sided bounds from the paired bootstrap (tandem.gate.stats) and a margin
 m = log(1 + tolerance):
-- PASS when the upper bound is at most m: with the given confidence the candidate is not slower
-  by more than the tolerance (a non-inferiority test);
-- FAIL when the lower bound is above 0 and the estimate above m: it is slower with the given
-  confidence, and by more than the tolerance by the best estimate;
+- PASS when the upper bound (at `confidence`) is at most m: the candidate is not slower by more
+  than the tolerance (a non-inferiority test);
+- FAIL when the lower bound (at `confidence`, Bonferroni-corrected for the four statistics) is
+  above 0 and the estimate above m: it is slower, and by more than the tolerance by the best
+  estimate;
 - INCONCLUSIVE otherwise (too few pairs to tell).
 Fewer than `min_latency_samples` pairs is INCONCLUSIVE outright. The metric's verdict is the worst
 of its four statistics. Power and false-fail rate at the default settings: tests/gate/test_latency.py
@@ -29,7 +30,7 @@ from scipy.special import betainc
 
 from tandem.gate.config import GateConfig
 from tandem.gate.pairs import Pair
-from tandem.gate.stats import Bound, paired_bounds
+from tandem.gate.stats import Bound, fail_confidence, paired_bounds
 from tandem.gate.verdict import MetricVerdict, Verdict, worst
 
 __all__ = ["harrell_davis", "judge_latency", "judge_statistic", "latency_samples", "median_log_ratio", "p95_log_ratio"]
@@ -93,6 +94,7 @@ def judge_statistic(bound: Bound, tolerance: float) -> tuple[Verdict, str]:
 def judge_latency(pairs: Sequence[Pair], config: GateConfig) -> MetricVerdict:
     verdicts, reasons, stats = [], [], {}
     counts = []
+    fail_at = fail_confidence(config.confidence, len(METRICS) * len(STATISTICS))
     for metric in METRICS:
         inc, cand = latency_samples(pairs, metric)
         counts.append(len(inc))
@@ -106,7 +108,8 @@ def judge_latency(pairs: Sequence[Pair], config: GateConfig) -> MetricVerdict:
             tolerance = config.latency_median_tolerance if name == "median" else config.latency_p95_tolerance
             bound = paired_bounds(
                 statistic, (inc, cand),
-                confidence=config.confidence, resamples=config.bootstrap_resamples, seed=config.seed + offset,
+                low_confidence=fail_at, high_confidence=config.confidence,
+                resamples=config.bootstrap_resamples, seed=config.seed + offset,
             )  # fmt: skip
             verdict, why = judge_statistic(bound, tolerance)
             verdicts.append(verdict)

@@ -119,7 +119,9 @@ class ResponseRecorder:
         if not isinstance(chunk, dict):
             return
         if chunk.get("error") is not None:
-            self._error = self._error or _error_message(data, self.status_code)
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            self._error = self._error or f"error event in the stream: {message}"
             return
         if isinstance(chunk.get("usage"), dict) and chunk["usage"].get("completion_tokens") is not None:
             self._usage_tokens = int(chunk["usage"]["completion_tokens"])

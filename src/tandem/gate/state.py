@@ -1,7 +1,12 @@
 """The gate's life: SHADOWING -> PASSED / FAILED / INCONCLUSIVE -> PROMOTING -> DONE.
 
-- SHADOWING: the mirror sends the candidate copies of live requests; `evaluate(now)` judges the
-  pairs so far (a no-op when none came since the last call, so it can run on every controller tick).
+- SHADOWING: the mirror sends the candidate copies of live requests; `evaluate(now)` may run on
+  every controller tick: it judges at checkpoints (the largest minimum sample count, then twice
+  that, four times ... up to `max_samples`), at the deadline, and on a final call. Judging again
+  after every pair would inflate both error rates (each look is another chance for noise to
+  cross a bound), so each look reads its bounds at 1 - (1 - confidence) / looks (Bonferroni over
+  the planned looks). Candidate errors are checked on every new pair: a candidate that fails
+  requests is stopped at once, not at the next checkpoint.
 - FAIL -> FAILED: shadowing stops, the incumbent stays.
 - PASS -> PASSED; with `auto_promote` the gate goes on to PROMOTING, calls `promote(candidate)`
   (the gateway passes `Controller.use`), then DONE. Without it, `promote_now` does it on an
@@ -19,19 +24,30 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from tandem.gate.config import GateConfig
+from tandem.gate.errors import judge_errors
 from tandem.gate.judge import Evidence, judge
 from tandem.gate.pairs import PairLog
 from tandem.gate.sides import Side
 from tandem.gate.verdict import GateVerdict, Verdict
 
-__all__ = ["Decision", "Gate", "GateState"]
+__all__ = ["Decision", "Gate", "GateState", "checkpoints"]
 
 logger = logging.getLogger("tandem.gate")
+
+
+def checkpoints(config: GateConfig) -> tuple[int, ...]:
+    """The pair counts at which a shadowing gate judges: the largest minimum, doubling, then max_samples."""
+    first = max(config.min_latency_samples, config.min_accuracy_samples, config.min_error_samples)
+    points, n = [], first
+    while n < config.max_samples:
+        points.append(n)
+        n *= 2
+    return (*points, config.max_samples)
 
 
 class GateState(StrEnum):
@@ -76,7 +92,9 @@ class Gate:
         record: Callable[[Decision], None] | None = None,
         mirror_counts: Callable[[], Mapping[str, int]] = dict,
         teacher_forcing_off: Callable[[], str | None] = lambda: None,
+        looks: int | None = None,
     ) -> None:
+        """`looks`: how many times the gate will judge (None: the checkpoints, plus the deadline's)."""
         self.config, self.incumbent, self.candidate, self.pairs = config, incumbent, candidate, pairs
         self.started_at = started_at
         self.promote, self.record = promote, record
@@ -84,7 +102,12 @@ class Gate:
         self.state = GateState.SHADOWING
         self.decisions: list[Decision] = []
         self.verdict: GateVerdict | None = None  # the latest
-        self._judged_total = -1
+        self._checkpoints = checkpoints(config)
+        self._next = 0  # index of the next checkpoint
+        self._errors_seen = -1  # pairs total at the last error check
+        planned = looks if looks is not None else len(self._checkpoints) + (config.deadline_s is not None)
+        self.looks = max(1, planned)
+        self.look_config = replace(config, confidence=1 - (1 - config.confidence) / self.looks)
         self._lock = threading.Lock()  # the controller's thread evaluates; the admin API reads
 
     @property
@@ -102,17 +125,20 @@ class Gate:
         )
 
     def evaluate(self, now: float, *, final: bool = False) -> Decision | None:
-        """Judge the pairs so far; returns the Decision when the state changed."""
+        """Judge if a checkpoint, the deadline or the end has come; returns the Decision when the state changed."""
         with self._lock:
             if self.state is not GateState.SHADOWING:
                 return None
+            total = self.pairs.total
             out_of_time = self.config.deadline_s is not None and now - self.started_at >= self.config.deadline_s
-            if self.pairs.total == self._judged_total and not (final or out_of_time):
-                return None
-            self._judged_total = self.pairs.total
+            at_checkpoint = self._next < len(self._checkpoints) and total >= self._checkpoints[self._next]
+            if not (final or out_of_time or at_checkpoint):
+                return self._check_errors(now, total)
+            while self._next < len(self._checkpoints) and total >= self._checkpoints[self._next]:
+                self._next += 1
             evidence = self.evidence()
             try:
-                verdict = judge(evidence, self.config)
+                verdict = judge(evidence, self.look_config)
             except Exception as exc:  # fail closed: the incumbent stays
                 logger.exception("the gate could not judge %s", self.candidate.name)
                 return self._move(now, GateState.FAILED, f"the gate could not judge: {exc!r}", None, evidence)
@@ -124,10 +150,26 @@ class Gate:
                 if self.config.auto_promote and self.promote is not None:
                     return self._promote(now, evidence)
                 return decision
-            if final or out_of_time or self.pairs.total >= self.config.max_samples:
-                why = "final" if final else ("deadline" if out_of_time else f"{self.pairs.total} pairs")
+            if final or out_of_time or total >= self.config.max_samples:
+                why = "final look" if final else ("deadline" if out_of_time else f"{total} pairs")
                 return self._move(now, GateState.INCONCLUSIVE, f"{why}: {verdict.reasons[-1]}", verdict, evidence)
             return None
+
+    def _check_errors(self, now: float, total: int) -> Decision | None:
+        """Between checkpoints: only whether the candidate's errors already fail it."""
+        if total == self._errors_seen:
+            return None
+        self._errors_seen = total
+        evidence = self.evidence()
+        if judge_errors(evidence.pairs, self.config).verdict is not Verdict.FAIL:
+            return None
+        try:
+            verdict = judge(evidence, self.look_config)  # the full picture, for the record
+        except Exception as exc:
+            logger.exception("the gate could not judge %s", self.candidate.name)
+            return self._move(now, GateState.FAILED, f"the gate could not judge: {exc!r}", None, evidence)
+        self.verdict = verdict
+        return self._move(now, GateState.FAILED, verdict.reasons[-1], verdict, evidence)
 
     def promote_now(self, now: float) -> Decision:
         """An operator's go after a PASS without auto-promotion."""
@@ -151,7 +193,8 @@ class Gate:
     def _move(
         self, now: float, to: GateState, reason: str, verdict: GateVerdict | None, evidence: Evidence
     ) -> Decision:
-        decision = Decision(now, self.state, to, reason, verdict, evidence.summary())
+        summary = {**evidence.summary(), "looks": self.looks, "confidence_per_look": self.look_config.confidence}
+        decision = Decision(now, self.state, to, reason, verdict, summary)
         self.state = to
         self.decisions.append(decision)
         logger.info("gate %s: %s -> %s (%s)", self.candidate.name, decision.before, to, reason)
@@ -171,6 +214,8 @@ class Gate:
                 "candidate": self.candidate.name,
                 "samples": len(self.pairs),
                 "pairs_total": self.pairs.total,
+                "next_checkpoint": self._checkpoints[self._next] if self._next < len(self._checkpoints) else None,
+                "confidence_per_look": self.look_config.confidence,
                 "teacher_forcing_off": self.teacher_forcing_off(),
                 "mirror": dict(self.mirror_counts()),
                 "verdict": None if self.verdict is None else self.verdict.to_dict(),
