@@ -9,7 +9,7 @@ import numpy as np
 from tandem.contracts import Profile
 from tandem.gate.agreement import TokenAgreement
 from tandem.gate.logprobs import TokenTrack
-from tandem.gate.observe import Observation
+from tandem.gate.observation import Observation
 from tandem.gate.pairs import Pair, Sampling
 
 GREEDY = Sampling(temperature=0.0, max_tokens=16, stream=True, logprobs=True)
@@ -81,5 +81,5 @@ def completion_chunk(text: str, tokens=None, logprobs=None, top=None, finish=Non
 
 
 def usage_chunk(completion_tokens: int) -> dict:
-    return {"id": "c", "object": "text_completion", "choices": [],
-            "usage": {"prompt_tokens": 5, "completion_tokens": completion_tokens, "total_tokens": 5 + completion_tokens}}  # fmt: skip
+    usage = {"prompt_tokens": 5, "completion_tokens": completion_tokens, "total_tokens": 5 + completion_tokens}
+    return {"id": "c", "object": "text_completion", "choices": [], "usage": usage}

@@ -17,7 +17,8 @@ def test_legacy_completions_echo_shape_with_null_first_position():
 
 def test_chat_shape():
     raw = {"content": [
-        {"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "b", "logprob": -0.05}, {"token": "a", "logprob": -0.1}]},
+        {"token": "a", "logprob": -0.1,
+         "top_logprobs": [{"token": "b", "logprob": -0.05}, {"token": "a", "logprob": -0.1}]},
         {"token": "c", "logprob": -2.0, "top_logprobs": []},
     ]}  # fmt: skip
     track = parse_logprobs(raw)

@@ -8,7 +8,7 @@ import json
 import httpx
 
 from tandem.gate.mirror import ShadowMirror
-from tandem.gate.observe import Observation
+from tandem.gate.observation import Observation
 
 from .helpers import completion_chunk, sse, usage_chunk
 
@@ -189,7 +189,8 @@ def test_no_candidate_replica_ready():
 
 def test_pairs_are_scored_inline_for_the_live_gate():
     echo = {"choices": [{"index": 0, "text": "p" + "ab", "logprobs": {
-        "tokens": ["p", "a", "b"], "token_logprobs": [None, -0.1, -0.2], "top_logprobs": [None, {"a": -0.1}, {"b": -0.2}],
+        "tokens": ["p", "a", "b"], "token_logprobs": [None, -0.1, -0.2],
+        "top_logprobs": [None, {"a": -0.1}, {"b": -0.2}],
         "text_offset": [0, 1, 2]}}]}  # fmt: skip
 
     async def handler(request: httpx.Request) -> httpx.Response:

@@ -42,7 +42,9 @@ def vllm_echo(tokens, logprobs, top1, text, bos=False):
 INC = vllm_echo(
     TOKENS, [-2.0, -1.0, -0.5, -0.1, -0.2, -0.3], [None, " f", "():", "\n", "  return", " 1"], PROMPT + COMPLETION
 )
-CAND = vllm_echo(TOKENS, [-2.0, -1.0, -0.5, -0.4, -0.2, -1.3], [None, " f", "():", "\n", "  pass", " 1"], PROMPT + COMPLETION)  # fmt: skip
+CAND = vllm_echo(
+    TOKENS, [-2.0, -1.0, -0.5, -0.4, -0.2, -1.3], [None, " f", "():", "\n", "  pass", " 1"], PROMPT + COMPLETION
+)
 
 
 class Servers:

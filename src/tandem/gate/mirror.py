@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from tandem.gate.observe import Observation, observe
+from tandem.gate.observation import Observation, observe
 from tandem.gate.pairs import Pair, Sampling
 from tandem.gate.scoring import Scorer
 

@@ -31,7 +31,7 @@ import httpx
 from tandem.cluster.backend import Backend, Replica, ReplicaSpec, ReplicaState
 from tandem.cluster.local import LocalBackend, popen_spawner
 from tandem.gate.mirror import ShadowMirror
-from tandem.gate.observe import observe
+from tandem.gate.observation import observe
 from tandem.gate.pairs import Pair
 from tandem.gate.scoring import COMPLETIONS, Scorer
 from tandem.workload import REPO, load_workload

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tandem.gate.agreement import TokenAgreement
-from tandem.gate.observe import Observation
+from tandem.gate.observation import Observation
 
 __all__ = ["Pair", "PairLog", "Sampling"]
 

@@ -135,7 +135,8 @@ def latency_plot_png(pairs: Sequence[Pair], tolerances: Mapping[str, float]) -> 
             ax.set_xlabel(f"{label} (ms)")
             ax.set_ylabel("fraction of requests")
             ax.axhline(0.95, color="#bbb", lw=0.8, ls=":")
-            ax.legend(loc="lower right")
+            if ax.lines[:-1]:  # some variant had values (the last line is the p95 guide)
+                ax.legend(loc="lower right")
             ax.grid(alpha=0.3)
         ax = axes[2]
         for metric, color in (("ttft", "#8250df"), ("tpot", "#bf8700")):

@@ -23,7 +23,7 @@ import httpx
 
 from tandem.gate.agreement import TokenAgreement, TrackMismatch, completion_start, shared_prefix, teacher_forced
 from tandem.gate.logprobs import TokenTrack, parse_logprobs
-from tandem.gate.observe import Observation
+from tandem.gate.observation import Observation
 
 __all__ = ["Scorer", "echo_body", "COMPLETIONS"]
 

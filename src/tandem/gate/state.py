@@ -30,7 +30,7 @@ from typing import Any
 
 from tandem.gate.config import GateConfig
 from tandem.gate.errors import judge_errors
-from tandem.gate.judge import Evidence, judge
+from tandem.gate.evidence import Evidence, judge
 from tandem.gate.pairs import PairLog
 from tandem.gate.sides import Side
 from tandem.gate.verdict import GateVerdict, Verdict
@@ -136,12 +136,9 @@ class Gate:
                 return self._check_errors(now, total)
             while self._next < len(self._checkpoints) and total >= self._checkpoints[self._next]:
                 self._next += 1
-            evidence = self.evidence()
-            try:
-                verdict = judge(evidence, self.look_config)
-            except Exception as exc:  # fail closed: the incumbent stays
-                logger.exception("the gate could not judge %s", self.candidate.name)
-                return self._move(now, GateState.FAILED, f"the gate could not judge: {exc!r}", None, evidence)
+            evidence, verdict, error = self._judge()
+            if verdict is None:  # fail closed: the incumbent stays
+                return self._move(now, GateState.FAILED, f"the gate could not judge: {error!r}", None, evidence)
             self.verdict = verdict
             if verdict.verdict is Verdict.FAIL:
                 return self._move(now, GateState.FAILED, verdict.reasons[-1], verdict, evidence)
@@ -160,16 +157,27 @@ class Gate:
         if total == self._errors_seen:
             return None
         self._errors_seen = total
-        evidence = self.evidence()
-        if judge_errors(evidence.pairs, self.config).verdict is not Verdict.FAIL:
-            return None
         try:
-            verdict = judge(evidence, self.look_config)  # the full picture, for the record
-        except Exception as exc:
+            failing = judge_errors(self.pairs.snapshot(), self.config).verdict is Verdict.FAIL
+        except Exception as exc:  # fail closed
             logger.exception("the gate could not judge %s", self.candidate.name)
-            return self._move(now, GateState.FAILED, f"the gate could not judge: {exc!r}", None, evidence)
+            return self._move(now, GateState.FAILED, f"the gate could not judge: {exc!r}", None, None)
+        if not failing:
+            return None
+        evidence, verdict, error = self._judge()  # the full picture, for the record
+        if verdict is None:
+            return self._move(now, GateState.FAILED, f"the gate could not judge: {error!r}", None, evidence)
         self.verdict = verdict
         return self._move(now, GateState.FAILED, verdict.reasons[-1], verdict, evidence)
+
+    def _judge(self) -> tuple[Evidence | None, GateVerdict | None, Exception | None]:
+        evidence = None
+        try:
+            evidence = self.evidence()
+            return evidence, judge(evidence, self.look_config), None
+        except Exception as exc:
+            logger.exception("the gate could not judge %s", self.candidate.name)
+            return evidence, None, exc
 
     def promote_now(self, now: float) -> Decision:
         """An operator's go after a PASS without auto-promotion."""
@@ -191,9 +199,10 @@ class Gate:
         return self._move(now, GateState.DONE, f"{self.candidate.name} serves", self.verdict, evidence)
 
     def _move(
-        self, now: float, to: GateState, reason: str, verdict: GateVerdict | None, evidence: Evidence
+        self, now: float, to: GateState, reason: str, verdict: GateVerdict | None, evidence: Evidence | None
     ) -> Decision:
-        summary = {**evidence.summary(), "looks": self.looks, "confidence_per_look": self.look_config.confidence}
+        summary = evidence.summary() if evidence is not None else {}
+        summary.update(looks=self.looks, confidence_per_look=self.look_config.confidence)
         decision = Decision(now, self.state, to, reason, verdict, summary)
         self.state = to
         self.decisions.append(decision)

@@ -6,7 +6,7 @@ import json
 import httpx
 import pytest
 
-from tandem.gate.observe import Observation, ResponseRecorder, observe
+from tandem.gate.observation import Observation, ResponseRecorder, observe
 
 from .helpers import completion_chunk, sse, usage_chunk
 
@@ -55,7 +55,8 @@ def test_chat_stream_deltas():
     "chunks, error",
     [
         ([completion_chunk("a")], "the stream ended before data: [DONE]"),
-        ([completion_chunk("a"), {"error": {"message": "replica died"}}, "[DONE]"], "error event in the stream: replica died"),
+        ([completion_chunk("a"), {"error": {"message": "replica died"}}, "[DONE]"],
+         "error event in the stream: replica died"),
         (["{not json", "[DONE]"], "the stream carried an event that is not JSON"),
     ],
 )  # fmt: skip
