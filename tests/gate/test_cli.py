@@ -91,6 +91,20 @@ def test_a_good_candidate_passes_all_three(tmp_path):
         assert result["verdict"]["metrics"]["accuracy"]["reasons"][0].startswith("fallback:")
 
 
+def test_a_lossless_candidate_reproduces_every_greedy_output(tmp_path, profiles):
+    """ngram is declared lossless: every greedy pair must be identical, token for token."""
+    proc, result = gate(
+        tmp_path, "--incumbent", "baseline", "--candidate", "ngram", "--lossless", "--requests", "12",
+        "--min-samples", "10", "--incumbent-profile", str(profiles["same"]), "--candidate-profile",
+        str(profiles["same"]),
+    )  # fmt: skip
+    assert proc.returncode in (0, 2), proc.stdout + proc.stderr  # latency may not be decided on 12 pairs
+    accuracy = result["verdict"]["metrics"]["accuracy"]
+    assert accuracy["verdict"] == "PASS" and accuracy["stats"]["exact_match"] == {
+        "greedy_pairs": 12, "identical": 12, "rate": 1.0,
+    }  # fmt: skip
+
+
 def test_a_corrupt_candidate_fails_accuracy(tmp_path, plugins, profiles):
     proc, result = gate(
         tmp_path, "--incumbent", "baseline", "--candidate", "corrupt-weights", "--requests", "24",

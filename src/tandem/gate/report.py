@@ -169,5 +169,5 @@ def render_report(result: Mapping[str, Any], pairs: Sequence[Pair]) -> str:
     template = env.from_string(_TEMPLATE)
     return template.render(
         r=result, v=result["verdict"], pairs=pairs, plot=plot, plot_note=plot_note, ms=_ms, pct=_pct,
-        confidence=f"{settings['confidence']:.0%} one-sided",
+        confidence=f"one-sided: {settings['confidence']:.0%} for a PASS, Bonferroni-corrected for a FAIL",
     )  # fmt: skip
