@@ -72,12 +72,12 @@ def test_a_good_candidate_passes_all_three(tmp_path):
     """int8+ngram against baseline, Profiles measured by `tandem profile` subprocesses and cached."""
     report = tmp_path / "gate.html"
     proc, result = gate(
-        tmp_path, "--incumbent", "baseline", "--candidate", "int8+ngram", "--requests", "30", "--min-samples", "20",
+        tmp_path, "--incumbent", "baseline", "--candidate", "int8+ngram", "--requests", "20", "--min-samples", "16",
         "--report", str(report),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert verdicts(result) == {"latency": "PASS", "accuracy": "PASS", "cost": "PASS", "errors": "PASS"}
-    assert result["state"] == "passed" and len(result["pairs"]) == 30
+    assert result["state"] == "passed" and len(result["pairs"]) == 20
     assert result["incumbent"]["profile"]["recipe"] == "baseline"
     assert result["candidate"]["profile"]["recipe"] == "int8+ngram"
     assert len(list((tmp_path / "cache" / "profiles").glob("*.json"))) == 2  # cached for the next run
@@ -107,8 +107,8 @@ def test_a_lossless_candidate_reproduces_every_greedy_output(tmp_path, profiles)
 
 def test_a_corrupt_candidate_fails_accuracy(tmp_path, plugins, profiles):
     proc, result = gate(
-        tmp_path, "--incumbent", "baseline", "--candidate", "corrupt-weights", "--requests", "24",
-        "--min-samples", "20", "--incumbent-profile", str(profiles["same"]), "--candidate-profile",
+        tmp_path, "--incumbent", "baseline", "--candidate", "corrupt-weights", "--requests", "12",
+        "--min-samples", "10", "--incumbent-profile", str(profiles["same"]), "--candidate-profile",
         str(profiles["same"]), plugins=plugins,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -120,8 +120,8 @@ def test_a_corrupt_candidate_fails_accuracy(tmp_path, plugins, profiles):
 
 def test_a_slow_candidate_fails_latency(tmp_path, plugins, profiles):
     proc, result = gate(
-        tmp_path, "--incumbent", "baseline", "--candidate", "slow-steps(delay_ms=30)", "--requests", "24",
-        "--min-samples", "20", "--incumbent-profile", str(profiles["same"]), "--candidate-profile",
+        tmp_path, "--incumbent", "baseline", "--candidate", "slow-steps(delay_ms=30)", "--requests", "12",
+        "--min-samples", "10", "--incumbent-profile", str(profiles["same"]), "--candidate-profile",
         str(profiles["same"]), plugins=plugins,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -25,10 +25,12 @@ class Candidate:
         self.hold, self.status = hold, status
         self.release = asyncio.Event()
         self.received: list[dict] = []
+        self.headers: list[httpx.Headers] = []
         self.cancelled = 0
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         self.received.append(json.loads(request.content))
+        self.headers.append(request.headers)
         if self.hold:
             try:
                 await self.release.wait()
@@ -59,7 +61,8 @@ def test_a_mirrored_request_keeps_the_clients_parameters_and_becomes_a_pair():
         async with httpx.AsyncClient(transport=httpx.MockTransport(candidate)) as client:
             mirror, pairs = mirror_for(candidate, client)
             mirror.start()
-            ticket = mirror.offer("/v1/completions", json.dumps(BODY).encode(), {"authorization": "Bearer k"})
+            headers = {"Authorization": "Bearer k", "content-length": "3", "x-request-id": "req-1"}
+            ticket = mirror.offer("/v1/completions", json.dumps(BODY).encode(), headers)
             ticket.incumbent_done(INCUMBENT)
             await mirror.drain()
             await mirror.aclose()
@@ -68,7 +71,10 @@ def test_a_mirrored_request_keeps_the_clients_parameters_and_becomes_a_pair():
     candidate, mirror, pairs = run(main())
     (sent,) = candidate.received
     assert sent == {**BODY, "stream_options": {"include_usage": True}}  # only usage added, for exact token counts
+    assert candidate.headers[0]["authorization"] == "Bearer k"  # the copy's own length, not the original's
+    assert int(candidate.headers[0]["content-length"]) > 3
     (pair,) = pairs
+    assert pair.request_id == "req-1"
     assert pair.incumbent == INCUMBENT and pair.candidate.text == "ab" and pair.candidate.completion_tokens == 2
     assert pair.sampling.temperature == 0.7 and pair.sampling.seed == 7 and not pair.sampling.greedy
     assert mirror.counts["mirrored"] == 1 and mirror.counts["paired"] == 1

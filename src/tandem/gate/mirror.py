@@ -11,6 +11,14 @@ Pair to `record`. `ticket.cancel()` (the client went away) abandons the mirror, 
 Side effects come in as arguments: the httpx client (its transport: a real one, or
 httpx.MockTransport in tests), where the candidate and incumbent replicas are, the clock, the
 sampler.
+
+The gateway's side, per request (the incumbent's timings are taken where the gateway relays them):
+
+    ticket = mirror.offer(path, body_bytes, forwarded_headers)       # None: not mirrored
+    recorder = ResponseRecorder(clock(), stream)                       # anew for each attempt
+    recorder.status(upstream.status_code); recorder.feed(chunk, clock())  # per relayed chunk
+    ticket.incumbent_done(recorder.finish(clock()))                    # the client has it all
+    ticket.cancel()                                                    # the client went away
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ __all__ = ["ShadowMirror", "Ticket", "MIRRORED_PATHS"]
 logger = logging.getLogger("tandem.gate")
 
 MIRRORED_PATHS = ("/v1/completions", "/v1/chat/completions")
+FORWARDED_HEADERS = ("authorization", "accept", "x-request-id")  # the copy's body differs: no length, no encoding
 
 
 class Ticket:
@@ -111,8 +120,9 @@ class ShadowMirror:
         if path not in MIRRORED_PATHS or not isinstance(payload, Mapping) or payload.get("n", 1) != 1:
             self.counts["skipped"] += 1  # the gate pairs single-choice completions only
             return None
-        request_id = (headers or {}).get("x-request-id") or f"shadow-{next(self._ids)}"
-        ticket = Ticket(request_id, path, dict(payload), headers or {}, self.clock())
+        kept = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in FORWARDED_HEADERS}
+        request_id = kept.get("x-request-id") or f"shadow-{next(self._ids)}"
+        ticket = Ticket(request_id, path, dict(payload), kept, self.clock())
         try:
             self._queue.put_nowait(ticket)
         except asyncio.QueueFull:
