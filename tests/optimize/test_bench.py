@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from tandem.cli import cli
 from tandem.model import load_model
 from tandem.optimize.bench import _fastest_run, summarize, usd_per_million_tokens
-from tandem.optimize.workload import load_workload
+from tandem.workload import load_workload
 
 
 def test_cost_per_million_tokens():

@@ -12,10 +12,10 @@ import click
 
 from tandem.edge.settings import Settings
 from tandem.gateway.deployment import deployment_from_settings
-from tandem.gateway.profiles import ProfileError
 from tandem.gateway.run import run_gateway
 from tandem.gateway.wiring import build_gateway, default_log_dir, local_backend
 from tandem.schedule.deployment import DeploymentError
+from tandem.schedule.profiles import ProfileError
 
 __all__ = ["serve_gateway"]
 

@@ -24,12 +24,12 @@ from tandem.cluster.local import LocalBackend, PortRange, find_free_port, popen_
 from tandem.edge.settings import Settings, settings_environment
 from tandem.gateway.deployment import ProfileSource
 from tandem.gateway.metrics import GatewayMetrics
-from tandem.gateway.profiles import cache_dir, cached_profile
 from tandem.schedule.breaker import BreakerBoard
 from tandem.schedule.controller import Controller
 from tandem.schedule.deployment import Deployment
 from tandem.schedule.dispatch import Dispatcher
 from tandem.schedule.metrics import SchedulerMetrics
+from tandem.schedule.profiles import cache_dir, cached_profile
 from tandem.schedule.traffic import DemandMeter, InFlight
 from tandem.schedule.variant import Variant
 
