@@ -34,12 +34,13 @@ __all__ = [
     "check_kv_cache",
     "cache_dir",
     "KernelBuildError",
+    "NoCompilerError",
     "SOURCE",
 ]
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_kernels.c"
 # The int8 kernel's quantization must round exactly as fbgemm does: no -ffast-math there.
-EXACT_SOURCE = SOURCE.with_name("int8_gemv.c")
+EXACT_SOURCE = SOURCE.with_name("quant_linear.c")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC"]
 # -ffast-math at compile time only, and only for cpu_kernels.c: it lets loops call glibc's
 # vectorised expf (libmvec). Linked with it, gcc adds crtfastmath.o, which turns on flush-to-zero
@@ -57,17 +58,28 @@ _SIGNATURES = {
     "tandem_rope_and_cache": [_P, _I, _I, _P, _P, _P, _P, _P, _P, _INT, _INT, _INT, _INT, _I],
     "tandem_rms_norm": [_P, _P, _P, _P, _I, _I, _F],
     "tandem_silu_mul": [_P, _P, _I, _I],
-    "tandem_int8_gemv_fast": [],
+    "tandem_quant_linear_fast": [],
     "tandem_set_threads": [_INT],
     "tandem_parallel_width": [],
-    "tandem_int8_linear_small": [_P, _I, _I, _I, _P, _P, _P, _F, _F, ctypes.c_int32, _P, _P, _I],
+    "tandem_int8_linear": [_P, _I, _I, _P, _P, _P, _P, _F, ctypes.c_int32, _I, _I, _I, _P],
+    "tandem_int4_linear": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _I, _P],
 }
-_INT_RESULTS = ("tandem_varlen_attention", "tandem_int8_gemv_fast", "tandem_int8_linear_small", "tandem_parallel_width")
+_INT_RESULTS = (
+    "tandem_varlen_attention",
+    "tandem_quant_linear_fast",
+    "tandem_int8_linear",
+    "tandem_int4_linear",
+    "tandem_parallel_width",
+)
 _RESTYPES = dict.fromkeys(_INT_RESULTS, ctypes.c_int)
 
 
 class KernelBuildError(RuntimeError):
     """The C kernels could not be compiled or loaded; the message holds the compiler's output."""
+
+
+class NoCompilerError(KernelBuildError):
+    """No C compiler on this machine: the torch paths serve (not a failure of the kernels' sources)."""
 
 
 def kernels_enabled() -> bool:
@@ -94,7 +106,7 @@ def _cpu_flags() -> str:
 def _compiler() -> str:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
-        raise KernelBuildError("no C compiler found (set CC, or install gcc)")
+        raise NoCompilerError("no C compiler found (set CC, or install gcc)")
     return compiler
 
 
