@@ -31,7 +31,8 @@ def test_int8_matches_the_fbgemm_path_bit_for_bit(n, k, bias):
 def test_int8_takes_strided_rows():
     layer = Int8Linear(torch.nn.Linear(96, 40))
     wide = torch.randn(3, 200)
-    assert torch.equal(int8_linear(wide[:, 10:106], layer.packed, None), int8_linear(wide[:, 10:106].contiguous(), layer.packed, None))
+    strided = wide[:, 10:106]
+    assert torch.equal(int8_linear(strided, layer.packed, None), int8_linear(strided.contiguous(), layer.packed, None))
 
 
 def reference_int4(x, q, scales, group, bias):
