@@ -2,6 +2,7 @@
 
 from tandem.kernels.attention import varlen_attention
 from tandem.kernels.build import KernelBuildError, cache_dir, kernels_available, kernels_enabled, load_library
+from tandem.kernels.decode import DECODE_MAX_TOKENS, DecodePlan, KernelLinear
 from tandem.kernels.fused import rms_norm, rope_and_cache, silu_mul
 from tandem.kernels.quant_linear import (
     QUANT_MAX_ROWS,
@@ -16,6 +17,9 @@ from tandem.kernels.quant_linear import (
 from tandem.kernels.rowscale import rows_to_unit, scale_rows
 
 __all__ = [
+    "DECODE_MAX_TOKENS",
+    "DecodePlan",
+    "KernelLinear",
     "QUANT_MAX_ROWS",
     "Int4Packed",
     "Int8Packed",

@@ -84,6 +84,10 @@ class Int4Linear(nn.Module):
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 
+    def kernel_linear(self) -> tuple[Int4Packed, torch.Tensor | None] | None:
+        """The packed weights the fused decoder computes with (tandem.kernels.KernelLinear)."""
+        return (self.packed, self.bias) if self.kernel else None
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 group={self.group_size}"
 

@@ -124,6 +124,10 @@ class Int8Linear(nn.Module):
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 
+    def kernel_linear(self) -> tuple[Int8Packed, torch.Tensor | None] | None:
+        """The packed weights the fused decoder computes with (tandem.kernels.KernelLinear)."""
+        return (self.packed, self.bias) if self.gemv else None
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
 

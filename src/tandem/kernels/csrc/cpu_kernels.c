@@ -72,7 +72,7 @@ typedef struct {
  * allocation (and no page faults on fresh pages) per call. */
 static __thread AttendScratch *tls_attend = NULL;
 
-static AttendScratch *attend_scratch(void) {
+AttendScratch *tandem_attend_scratch(void) {
     if (!tls_attend) tls_attend = (AttendScratch *)aligned_alloc(64, sizeof(AttendScratch));
     return tls_attend;
 }
@@ -277,7 +277,7 @@ static inline __attribute__((always_inline)) void attend_item_v(
 #endif
 
 /* One (row, kv head) work item of tandem_varlen_attention, on the fastest code for its shape. */
-static void attend(AttendScratch *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
+__attribute__((noinline)) void tandem_attend(AttendScratch *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
                    const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, int64_t row_slot,
                    int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t max_len, int64_t window,
                    float scale) {
@@ -319,7 +319,7 @@ int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, 
     int failed = 0;
 #pragma omp parallel num_threads(g_threads)
     {
-        AttendScratch *w = attend_scratch();
+        AttendScratch *w = tandem_attend_scratch();
         if (!w) {
 #pragma omp atomic write
             failed = 1;
@@ -328,45 +328,52 @@ int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, 
         for (int64_t item = 0; item < num_rows * kv_heads; item++) {
             if (!w) continue;
             const int64_t r = item / kv_heads;
-            attend(w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offsets[r], row_lens[r], row_slots[r],
+            tandem_attend(w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offsets[r], row_lens[r], row_slots[r],
                    row_starts[r], (int)(item % kv_heads), heads, kv_heads, head_dim, max_len, window, scale);
         }
     }
     return failed;
 }
 
+/* The per-row bodies below are shared by the exported wrappers and the fused decoder (decode.c),
+ * and never inlined: with -ffast-math a copy inlined elsewhere could be vectorised differently and
+ * round differently, and a row must give the same bits whichever path serves it. */
+#define ROW_FN __attribute__((noinline))
+
+/* One row divided by its max |x| into o; returns the max (at least 1e-30). */
+ROW_FN float tandem_row_to_unit(const float *src, int64_t width, float *o) {
+    float m = 0.0f;
+#pragma omp simd reduction(max : m)
+    for (int64_t k = 0; k < width; k++) m = fabsf(src[k]) > m ? fabsf(src[k]) : m;
+    m = m > 1e-30f ? m : 1e-30f;
+    const float inv = 1.0f / m;
+#pragma omp simd
+    for (int64_t k = 0; k < width; k++) o[k] = src[k] * inv;
+    return m;
+}
+
+/* o[k] = o[k] * s (+ bias[k]) for k in [lo, hi). */
+ROW_FN void tandem_scale_row(float *o, int64_t lo, int64_t hi, float s, const float *bias) {
+    if (bias) {
+#pragma omp simd
+        for (int64_t k = lo; k < hi; k++) o[k] = o[k] * s + bias[k];
+    } else {
+#pragma omp simd
+        for (int64_t k = lo; k < hi; k++) o[k] *= s;
+    }
+}
+
 /* int8 activation prep: each row of x ([rows, width], x_stride floats apart) divided by its
  * max |x| into dst ([rows, width], contiguous); the max goes to scale[r] (at least 1e-30). */
 void tandem_rows_to_unit(const float *x, int64_t x_stride, int64_t rows, int64_t width, float *dst, float *scale) {
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *src = x + r * x_stride;
-        float m = 0.0f;
-#pragma omp simd reduction(max : m)
-        for (int64_t k = 0; k < width; k++) m = fabsf(src[k]) > m ? fabsf(src[k]) : m;
-        m = m > 1e-30f ? m : 1e-30f;
-        scale[r] = m;
-        const float inv = 1.0f / m;
-        float *o = dst + r * width;
-#pragma omp simd
-        for (int64_t k = 0; k < width; k++) o[k] = src[k] * inv;
-    }
+    for (int64_t r = 0; r < rows; r++) scale[r] = tandem_row_to_unit(x + r * x_stride, width, dst + r * width);
 }
 
 /* y[r, :] = y[r, :] * scale[r] (+ bias), in place; y is [rows, width] contiguous. */
 void tandem_scale_rows(float *y, int64_t rows, int64_t width, const float *scale, const float *bias) {
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
-    for (int64_t r = 0; r < rows; r++) {
-        float *o = y + r * width;
-        const float s = scale[r];
-        if (bias) {
-#pragma omp simd
-            for (int64_t k = 0; k < width; k++) o[k] = o[k] * s + bias[k];
-        } else {
-#pragma omp simd
-            for (int64_t k = 0; k < width; k++) o[k] *= s;
-        }
-    }
+    for (int64_t r = 0; r < rows; r++) tandem_scale_row(y + r * width, 0, width, scale[r], bias);
 }
 
 /* float -> bfloat16, round to nearest even (as torch's .to(torch.bfloat16)); NaN stays NaN. */
@@ -378,6 +385,36 @@ static inline uint16_t float_to_bf16(float f) {
     return (uint16_t)(bits >> 16);
 }
 
+/* One token of tandem_rope_and_cache: rotate its q and k heads in place, store k and v. */
+ROW_FN void tandem_rope_cache_token(float *row, const float *c, const float *s, int64_t position, int64_t slot,
+                                    void *k_cache, void *v_cache, int cache_bf16, int heads, int kv_heads,
+                                    int head_dim, int64_t max_len) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < heads + kv_heads; h++) {
+        float *x = row + h * head_dim;
+#pragma omp simd
+        for (int i = 0; i < half; i++) {
+            const float x1 = x[i], x2 = x[i + half];
+            x[i] = x1 * c[i] - x2 * s[i];
+            x[i + half] = x2 * c[i + half] + x1 * s[i + half];
+        }
+    }
+    for (int h = 0; h < kv_heads; h++) {
+        const int64_t at = ((slot * kv_heads + h) * max_len + position) * head_dim;
+        const float *k = row + (heads + h) * head_dim, *v = row + (heads + kv_heads + h) * head_dim;
+        if (cache_bf16) {
+            uint16_t *kd = (uint16_t *)k_cache + at, *vd = (uint16_t *)v_cache + at;
+            for (int i = 0; i < head_dim; i++) {
+                kd[i] = float_to_bf16(k[i]);
+                vd[i] = float_to_bf16(v[i]);
+            }
+        } else {
+            memcpy((float *)k_cache + at, k, sizeof(float) * head_dim);
+            memcpy((float *)v_cache + at, v, sizeof(float) * head_dim);
+        }
+    }
+}
+
 /* One pass over a fused q|k|v projection ([n, (heads + 2 kv_heads) * head_dim], qkv_stride floats
  * between tokens): rotate q and k in place (rotate-half RoPE with this token's cos/sin rows,
  * [n, head_dim] each), then store k and v in the KV cache at (slots[t], kv head, positions[t]).
@@ -385,35 +422,25 @@ static inline uint16_t float_to_bf16(float f) {
 void tandem_rope_and_cache(float *qkv, int64_t qkv_stride, int64_t n, const float *cos, const float *sin,
                            const int64_t *positions, const int64_t *slots, void *k_cache, void *v_cache,
                            int cache_bf16, int heads, int kv_heads, int head_dim, int64_t max_len) {
-    const int half = head_dim / 2;
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (n >= 64)
-    for (int64_t t = 0; t < n; t++) {
-        float *row = qkv + t * qkv_stride;
-        const float *c = cos + t * head_dim, *s = sin + t * head_dim;
-        for (int h = 0; h < heads + kv_heads; h++) {
-            float *x = row + h * head_dim;
+    for (int64_t t = 0; t < n; t++)
+        tandem_rope_cache_token(qkv + t * qkv_stride, cos + t * head_dim, sin + t * head_dim, positions[t], slots[t],
+                                k_cache, v_cache, cache_bf16, heads, kv_heads, head_dim, max_len);
+}
+
+/* One row of tandem_rms_norm. */
+ROW_FN void tandem_rms_norm_row(float *xr, const float *res, const float *weight, float *o, int64_t width,
+                                float eps) {
+    if (res) {
 #pragma omp simd
-            for (int i = 0; i < half; i++) {
-                const float x1 = x[i], x2 = x[i + half];
-                x[i] = x1 * c[i] - x2 * s[i];
-                x[i + half] = x2 * c[i + half] + x1 * s[i + half];
-            }
-        }
-        for (int h = 0; h < kv_heads; h++) {
-            const int64_t at = ((slots[t] * kv_heads + h) * max_len + positions[t]) * head_dim;
-            const float *k = row + (heads + h) * head_dim, *v = row + (heads + kv_heads + h) * head_dim;
-            if (cache_bf16) {
-                uint16_t *kd = (uint16_t *)k_cache + at, *vd = (uint16_t *)v_cache + at;
-                for (int i = 0; i < head_dim; i++) {
-                    kd[i] = float_to_bf16(k[i]);
-                    vd[i] = float_to_bf16(v[i]);
-                }
-            } else {
-                memcpy((float *)k_cache + at, k, sizeof(float) * head_dim);
-                memcpy((float *)v_cache + at, v, sizeof(float) * head_dim);
-            }
-        }
+        for (int64_t k = 0; k < width; k++) xr[k] += res[k];
     }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t k = 0; k < width; k++) sum += xr[k] * xr[k];
+    const float inv = 1.0f / sqrtf(sum / (float)width + eps);
+#pragma omp simd
+    for (int64_t k = 0; k < width; k++) o[k] = xr[k] * inv * weight[k];
 }
 
 /* RMSNorm of each row of x ([rows, width], contiguous) into out; with residual != NULL, first
@@ -422,30 +449,19 @@ void tandem_rope_and_cache(float *qkv, int64_t qkv_stride, int64_t n, const floa
 void tandem_rms_norm(float *x, const float *residual, const float *weight, float *out, int64_t rows, int64_t width,
                      float eps) {
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
-    for (int64_t r = 0; r < rows; r++) {
-        float *xr = x + r * width;
-        if (residual) {
-            const float *res = residual + r * width;
+    for (int64_t r = 0; r < rows; r++)
+        tandem_rms_norm_row(x + r * width, residual ? residual + r * width : NULL, weight, out + r * width, width, eps);
+}
+
+/* One row of tandem_silu_mul. */
+ROW_FN void tandem_silu_mul_row(const float *g, float *o, int64_t inter) {
+    const float *u = g + inter;
 #pragma omp simd
-            for (int64_t k = 0; k < width; k++) xr[k] += res[k];
-        }
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t k = 0; k < width; k++) sum += xr[k] * xr[k];
-        const float inv = 1.0f / sqrtf(sum / (float)width + eps);
-        float *o = out + r * width;
-#pragma omp simd
-        for (int64_t k = 0; k < width; k++) o[k] = xr[k] * inv * weight[k];
-    }
+    for (int64_t k = 0; k < inter; k++) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
 }
 
 /* SwiGLU's middle: out[r, k] = silu(gate_up[r, k]) * gate_up[r, inter + k]; gate_up [rows, 2 inter]. */
 void tandem_silu_mul(const float *gate_up, float *out, int64_t rows, int64_t inter) {
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * inter >= 65536)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *g = gate_up + r * 2 * inter, *u = g + inter;
-        float *o = out + r * inter;
-#pragma omp simd
-        for (int64_t k = 0; k < inter; k++) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
-    }
+    for (int64_t r = 0; r < rows; r++) tandem_silu_mul_row(gate_up + r * 2 * inter, out + r * inter, inter);
 }

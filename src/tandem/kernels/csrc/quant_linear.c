@@ -156,10 +156,11 @@ static void int8_blocks(int64_t rows, const uint8_t *xq, int64_t k_pad, const in
 }
 
 /* Thread t of `threads`: its share [lo, hi) of `blocks` output blocks. */
-static void share(int64_t blocks, int t, int threads, int64_t *lo, int64_t *hi) {
+void tandem_share(int64_t blocks, int t, int threads, int64_t *lo, int64_t *hi) {
     *lo = blocks * t / threads;
     *hi = blocks * (t + 1) / threads;
 }
+#define share tandem_share
 
 /* The int8 layer for `rows` rows of x ([rows, K], x_stride floats apart) into out ([rows, N]):
  * unit scaling, quantization, VNNI products, fbgemm's epilogue, row scales (+ bias). Work buffers
@@ -308,6 +309,36 @@ static void int4_blocks(int64_t rows, const int8_t *xq, const int32_t *gsum, con
     }
 }
 
+/* ---- pieces for the fused decoder (decode.c): each thread quantizes the rows itself and computes
+ * its share of the output blocks ---- */
+
+/* Rows of x -> unit rows (scale[m] = max |x[m]|) -> u8 activations, as tandem_int8_linear does. */
+void tandem_int8_quantize(const float *x, int64_t x_stride, int64_t rows, int64_t K, int64_t k_pad, float a_inv,
+                          int32_t zp, float *unit, float *scale, uint8_t *xq) {
+    tandem_rows_to_unit(x, x_stride, rows, K, unit, scale);
+    quantize_u8(unit, rows, K, k_pad, a_inv, zp, xq);
+}
+
+void tandem_int8_part(int64_t rows, const uint8_t *xq, int64_t k_pad, const int8_t *w, const int32_t *zp_col,
+                      const float *combined, float *out, int64_t N, int64_t blk_lo, int64_t blk_hi, int32_t *raw) {
+    int8_blocks(rows, xq, k_pad, w, zp_col, combined, out, N, blk_lo, blk_hi, raw, (N + 15) / 16 * 16);
+}
+
+/* Rows of x -> s8 activations, group sums and per-row output factors, as tandem_int4_linear does. */
+void tandem_int4_quantize(const float *x, int64_t x_stride, int64_t rows, int64_t K, int64_t k_pad, int64_t group,
+                          float *unit, float *scale, int8_t *xq, int32_t *gsum, float *factor) {
+    tandem_rows_to_unit(x, x_stride, rows, K, unit, scale);
+    quantize_s8(unit, rows, K, k_pad, group, xq, gsum);
+    for (int64_t m = 0; m < rows; m++) factor[m] = scale[m] / 127.0f;
+}
+
+void tandem_int4_part(int64_t rows, const int8_t *xq, const int32_t *gsum, const uint8_t *w, const uint16_t *scales,
+                      const float *bias, int64_t N, int64_t K, int64_t k_pad, int64_t group, const float *factor,
+                      float *out, int64_t blk_lo, int64_t blk_hi, float *acc) {
+    const Int4Layer L = {N, K, k_pad, (N + 15) / 16 * 16, group, w, scales, bias};
+    int4_blocks(rows, xq, gsum, &L, factor, out, blk_lo, blk_hi, acc);
+}
+
 /* ---- entry points ---- */
 
 /* Per-thread work buffers, grown on demand and kept (OpenMP's pool threads live as long as the
@@ -340,8 +371,7 @@ int tandem_int8_linear(const float *x, int64_t x_stride, int64_t rows, const int
         return 3;
     }
     float *scale = unit + rows * K;
-    tandem_rows_to_unit(x, x_stride, rows, K, unit, scale);
-    quantize_u8(unit, rows, K, k_pad, a_inv, zp, xq);
+    tandem_int8_quantize(x, x_stride, rows, K, k_pad, a_inv, zp, unit, scale, xq);
     const int threads = N * K * (rows < 8 ? rows : 8) >= 262144 ? tandem_threads() : 1;
     int failed = 0;
 #pragma omp parallel num_threads(threads)
@@ -377,9 +407,7 @@ int tandem_int4_linear(const float *x, int64_t x_stride, int64_t rows, const uin
         return 3;
     }
     float *scale = unit + rows * K, *factor = scale + rows;
-    tandem_rows_to_unit(x, x_stride, rows, K, unit, scale);
-    quantize_s8(unit, rows, K, k_pad, group, xq, gsum);
-    for (int64_t m = 0; m < rows; m++) factor[m] = scale[m] / 127.0f;
+    tandem_int4_quantize(x, x_stride, rows, K, k_pad, group, unit, scale, xq, gsum, factor);
     const int threads = N * K * (rows < 8 ? rows : 8) >= 262144 ? tandem_threads() : 1;
     int failed = 0;
 #pragma omp parallel num_threads(threads)
