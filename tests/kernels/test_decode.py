@@ -55,7 +55,9 @@ def test_prompts_and_large_steps_go_layer_by_layer(tiny_llama_dir):
         prompt = ForwardBatch.build([[5, 6, 7]], [0], [0], None, 1, kernels=True)
         module(prompt.tokens, cache, prompt)
         assert module._decode_plan is None
-        wide = ForwardBatch.build([[5]] * (DECODE_MAX_TOKENS + 1), list(range(DECODE_MAX_TOKENS + 1)), [3] * 17, None, 1, True)
+        wide = ForwardBatch.build(
+            [[5]] * (DECODE_MAX_TOKENS + 1), list(range(DECODE_MAX_TOKENS + 1)), [3] * 17, None, 1, True
+        )
         module(wide.tokens, cache, wide)
         assert module._decode_plan is None
 

@@ -139,9 +139,7 @@ class DecodePlan:
             if any(q is None for q in linears) or any(w.dtype != torch.float32 for w in norms):
                 return None
             check_kv_cache(keys[i], values[i])
-            layers[i] = _Layer(
-                *linears, *(w.data_ptr() for w in norms), keys[i].data_ptr(), values[i].data_ptr()
-            )
+            layers[i] = _Layer(*linears, *(w.data_ptr() for w in norms), keys[i].data_ptr(), values[i].data_ptr())
         model = _Model(
             len(blocks),
             config.hidden_size,
