@@ -159,6 +159,72 @@ def main() -> int:
     def keep(key, value, table=best):
         table[key] = max(table.get(key, 0.0), value)
 
+    def report(rounds_done: int, show: bool) -> Path:
+        rows = sorted({k[0] for k in best}, key=lambda n: (not n.startswith("tandem"), n))
+        columns = [(n, b) for n, batches in workloads for b in batches]
+        table = Table(
+            title=f"decode tok/s, best of {rounds_done} rounds ({a.threads} threads); prefill {a.prefill_len} tok/s"
+        )
+        table.add_column("engine")
+        for n, b in columns:
+            table.add_column(f"{n}-tok bs {b}", justify="right")
+        table.add_column("prefill", justify="right")
+        for name in rows:
+            table.add_row(
+                name, *(f"{best.get((name, n, b), 0):.1f}" for n, b in columns), f"{prefill.get(name, 0):.0f}"
+            )
+        ratios, same_precision = {}, {}
+        peers = {"baseline": "f32", "bf16": "bf16", "int8": "q8_0", "int8+kv-bf16": "q8_0"}
+        for n, b in columns:
+            ours = {k[0]: v for k, v in best.items() if k[1:] == (n, b) and k[0].startswith("tandem")}
+            theirs = max(v for k, v in best.items() if k[1:] == (n, b) and k[0].startswith("llama.cpp"))
+            ratios[f"{n}|{b}"] = {"best": max(ours.values()) / theirs, **{k: v / theirs for k, v in ours.items()}}
+            same_precision[f"{n}|{b}"] = {
+                recipe: best[f"tandem {recipe}", n, b] / best[f"llama.cpp {t}", n, b]
+                for recipe, t in peers.items()
+                if (f"tandem {recipe}", n, b) in best
+            }
+        prefill_ratio = max(v for k, v in prefill.items() if k.startswith("tandem")) / max(
+            v for k, v in prefill.items() if k.startswith("llama.cpp")
+        )
+        table.add_row("tandem best / llama.cpp best", *(f"{ratios[f'{n}|{b}']['best']:.2f}x" for n, b in columns),
+                      f"{prefill_ratio:.2f}x")  # fmt: skip
+        if show:
+            console.print(table)
+        bound = {}
+        if 1 in workloads[0][1]:
+            for recipe in recipes:
+                rate = best[f"tandem {recipe}", a.prompt_len, 1]
+                ideal_ms = 1e3 * step_bytes[recipe] / bandwidth[0]
+                bound[recipe] = {"step_ms": 1e3 / rate, "bytes_per_step": step_bytes[recipe], "bound_ms": ideal_ms,
+                                 "fraction_of_bound": ideal_ms / (1e3 / rate)}  # fmt: skip
+                if not show:
+                    continue
+                console.print(
+                    f"{recipe:16s} batch 1: {1e3 / rate:.2f} ms/step, {step_bytes[recipe] / 1e6:.0f} MB read per step, "
+                    f"bound {ideal_ms:.2f} ms at {bandwidth[0] / 1e9:.1f} GB/s: {ideal_ms * rate / 10:.0f}% of it"
+                )
+        path = record(
+            a.name,
+            {
+                "rounds": rounds_done,
+                "threads": a.threads,
+                "new_tokens": NEW_TOKENS,
+                "workloads": {str(n): list(b) for n, b in workloads},
+                "load_average_per_round": loads,
+                "read_bandwidth_bytes_per_s": bandwidth[0],
+                "decode_tokens_per_s": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in best.items()},
+                "prefill_tokens_per_s": prefill,
+                "ratio_vs_llamacpp_best": ratios,
+                "ratio_vs_llamacpp_same_precision": same_precision,
+                "prefill_ratio": prefill_ratio,
+                "batch1_bandwidth_bound": bound,
+                "llamacpp_runs_retried_without_repacking": sorted(FALLBACKS),
+            },
+        )
+        return path
+
+    bandwidth = [memory_read_bandwidth()]  # the best of a measure before the rounds and one after each
     loads = []
     for r in range(a.rounds):
         load_before = load_average()
@@ -176,65 +242,11 @@ def main() -> int:
             pp = llama_cpp(bench, gguf, a.prefill_len, 1, (1,), a.threads)[1][0]
             keep(f"llama.cpp {t}", pp, prefill)
         loads.append((load_before, load_average()))
+        bandwidth[0] = max(bandwidth[0], memory_read_bandwidth())
         console.print(f"round {r + 1}/{a.rounds} done (load average {loads[-1][0]:.1f} -> {loads[-1][1]:.1f})")
+        report(r + 1, show=False)  # kept after every round: a long run stopped early still has its rounds
 
-    bandwidth = memory_read_bandwidth()
-    rows = sorted({k[0] for k in best}, key=lambda n: (not n.startswith("tandem"), n))
-    columns = [(n, b) for n, batches in workloads for b in batches]
-    table = Table(title=f"decode tok/s, best of {a.rounds} rounds ({a.threads} threads); prefill {a.prefill_len} tok/s")
-    table.add_column("engine")
-    for n, b in columns:
-        table.add_column(f"{n}-tok bs {b}", justify="right")
-    table.add_column("prefill", justify="right")
-    for name in rows:
-        table.add_row(name, *(f"{best.get((name, n, b), 0):.1f}" for n, b in columns), f"{prefill.get(name, 0):.0f}")
-    ratios, same_precision = {}, {}
-    peers = {"baseline": "f32", "bf16": "bf16", "int8": "q8_0", "int8+kv-bf16": "q8_0"}
-    for n, b in columns:
-        ours = {k[0]: v for k, v in best.items() if k[1:] == (n, b) and k[0].startswith("tandem")}
-        theirs = max(v for k, v in best.items() if k[1:] == (n, b) and k[0].startswith("llama.cpp"))
-        ratios[f"{n}|{b}"] = {"best": max(ours.values()) / theirs, **{k: v / theirs for k, v in ours.items()}}
-        same_precision[f"{n}|{b}"] = {
-            recipe: best[f"tandem {recipe}", n, b] / best[f"llama.cpp {t}", n, b]
-            for recipe, t in peers.items()
-            if (f"tandem {recipe}", n, b) in best
-        }
-    prefill_ratio = max(v for k, v in prefill.items() if k.startswith("tandem")) / max(
-        v for k, v in prefill.items() if k.startswith("llama.cpp")
-    )
-    table.add_row("tandem best / llama.cpp best", *(f"{ratios[f'{n}|{b}']['best']:.2f}x" for n, b in columns),
-                  f"{prefill_ratio:.2f}x")  # fmt: skip
-    console.print(table)
-    bound = {}
-    if 1 in workloads[0][1]:
-        for recipe in recipes:
-            rate = best[f"tandem {recipe}", a.prompt_len, 1]
-            ideal_ms = 1e3 * step_bytes[recipe] / bandwidth
-            bound[recipe] = {"step_ms": 1e3 / rate, "bytes_per_step": step_bytes[recipe], "bound_ms": ideal_ms,
-                             "fraction_of_bound": ideal_ms / (1e3 / rate)}  # fmt: skip
-            console.print(
-                f"{recipe:16s} batch 1: {1e3 / rate:.2f} ms/step, {step_bytes[recipe] / 1e6:.0f} MB read per step, "
-                f"bound {ideal_ms:.2f} ms at {bandwidth / 1e9:.1f} GB/s: {100 * ideal_ms * rate / 1e3:.0f}% of it"
-            )
-    path = record(
-        a.name,
-        {
-            "rounds": a.rounds,
-            "threads": a.threads,
-            "new_tokens": NEW_TOKENS,
-            "workloads": {str(n): list(b) for n, b in workloads},
-            "load_average_per_round": loads,
-            "read_bandwidth_bytes_per_s": bandwidth,
-            "decode_tokens_per_s": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in best.items()},
-            "prefill_tokens_per_s": prefill,
-            "ratio_vs_llamacpp_best": ratios,
-            "ratio_vs_llamacpp_same_precision": same_precision,
-            "prefill_ratio": prefill_ratio,
-            "batch1_bandwidth_bound": bound,
-            "llamacpp_runs_retried_without_repacking": sorted(FALLBACKS),
-        },
-    )
-    console.print(f"recorded {path}")
+    console.print(f"recorded {report(a.rounds, show=True)}")
     return 0
 
 
