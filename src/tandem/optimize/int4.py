@@ -16,7 +16,6 @@ row per token); the LM head is quantized unless `int4(lm_head=false)`.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 
 import torch
@@ -26,8 +25,7 @@ from torch import nn
 from tandem.contracts import OptimizedModel
 from tandem.kernels import int4_linear, pack_int4, quant_kernels_available
 from tandem.kernels.quant_linear import Int4Packed
-from tandem.model.loader import Model
-from tandem.optimize.precision import ensure_unpacked, with_dtype
+from tandem.optimize.precision import quantized_copy
 
 __all__ = ["Int4", "Int4Linear", "quantize_int4"]
 
@@ -92,18 +90,6 @@ class Int4Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 group={self.group_size}"
 
 
-def quantize_linears_int4(module: nn.Module, include_lm_head: bool, group_size: int) -> int:
-    """Replace nn.Linear layers (the LM head only if asked) by Int4Linear, in place."""
-    count = 0
-    for parent_name, parent in list(module.named_modules()):
-        for name, child in list(parent.named_children()):
-            full = f"{parent_name}.{name}" if parent_name else name
-            if type(child) is nn.Linear and (include_lm_head or full != "lm_head"):
-                setattr(parent, name, Int4Linear(child, group_size))
-                count += 1
-    return count
-
-
 @dataclass(frozen=True)
 class Int4:
     group_size: int = 32
@@ -126,11 +112,4 @@ class Int4:
             raise TypeError(str(exc)) from None
 
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
-        source: Model = with_dtype(model.model, torch.float32)  # quantize from fp32 weights
-        ensure_unpacked(source)
-        module = copy.deepcopy(source.module)
-        if module.config.tie_word_embeddings and self.lm_head:
-            module.lm_head = copy.deepcopy(module.lm_head)  # untie: the embedding stays fp32
-        quantize_linears_int4(module, self.lm_head, self.group_size)
-        module.rope_cos, module.rope_sin = source.module.rope_cos, source.module.rope_sin
-        return model.with_changes(model=replace(source, module=module))
+        return quantized_copy(model, self.lm_head, lambda linear: Int4Linear(linear, self.group_size))

@@ -24,7 +24,6 @@ rather than latency.
 
 from __future__ import annotations
 
-import copy
 import warnings
 from dataclasses import dataclass, replace
 
@@ -42,10 +41,9 @@ from tandem.kernels import (
     scale_rows,
 )
 from tandem.kernels.quant_linear import Int8Packed
-from tandem.model.loader import Model
-from tandem.optimize.precision import ensure_unpacked, with_dtype
+from tandem.optimize.precision import quantized_copy
 
-__all__ = ["ActivationScratch", "Int8Linear", "Int8", "quantize_linears"]
+__all__ = ["ActivationScratch", "Int8Linear", "Int8"]
 
 
 class ActivationScratch:
@@ -132,18 +130,6 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
 
 
-def quantize_linears(module: nn.Module, include_lm_head: bool, small_batch_kernel: bool = True) -> int:
-    """Replace nn.Linear layers (the LM head only if asked) by Int8Linear, in place."""
-    count, scratch = 0, ActivationScratch()
-    for parent_name, parent in list(module.named_modules()):
-        for name, child in list(parent.named_children()):
-            full = f"{parent_name}.{name}" if parent_name else name
-            if type(child) is nn.Linear and (include_lm_head or full != "lm_head"):
-                setattr(parent, name, Int8Linear(child, scratch, small_batch_kernel))
-                count += 1
-    return count
-
-
 @dataclass(frozen=True)
 class Int8:
     lm_head: bool = True
@@ -163,11 +149,5 @@ class Int8:
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise RuntimeError("int8: this torch build has no fbgemm quantized kernels")
-        source: Model = with_dtype(model.model, torch.float32)  # quantize from fp32 weights
-        ensure_unpacked(source)
-        module = copy.deepcopy(source.module)
-        if module.config.tie_word_embeddings and self.lm_head:
-            module.lm_head = copy.deepcopy(module.lm_head)  # untie: the embedding stays fp32
-        quantize_linears(module, self.lm_head, self.small_batch_kernel)
-        module.rope_cos, module.rope_sin = source.module.rope_cos, source.module.rope_sin
-        return model.with_changes(model=replace(source, module=module))
+        scratch = ActivationScratch()  # one per model: its layers run one after another
+        return quantized_copy(model, self.lm_head, lambda linear: Int8Linear(linear, scratch, self.small_batch_kernel))
