@@ -63,9 +63,7 @@ def test_recipe_parameters_are_checked(tiny_llama_dir):
     assert headed.model.weight_bytes < int8.model.weight_bytes < base.weight_bytes
     with pytest.raises(RecipeError, match="multiple of 8"):
         apply_recipe(load_model(tiny_llama_dir), "int4(group_size=12)")
-    with pytest.raises(
-        RecipeError, match="no parameter .*takes group_size: int = 32, lm_head"
-    ):
+    with pytest.raises(RecipeError, match="no parameter .*takes group_size: int = 32, lm_head"):
         apply_recipe(load_model(tiny_llama_dir), "int4(bits=3)")
 
 
