@@ -37,7 +37,7 @@ _OPTIONS = [
     ),
     click.option(
         "--backlog", type=click.IntRange(min=1), default=None,
-        help="Connections the kernel queues before they are accepted.  [default: 2048]",
+        help="Connections the kernel queues before they are accepted (at most net.core.somaxconn).  [default: 4096]",
     ),
 ]  # fmt: skip
 

@@ -93,7 +93,7 @@ class Settings(BaseModel):
     body_timeout: float = Field(30.0, gt=0)  # a request's whole body must arrive within this, else 408
     keep_alive_timeout: float = Field(5.0, gt=0)  # an idle keep-alive connection closes after this (uvicorn's)
     max_header_bytes: int = Field(16384, ge=1024)  # request line and headers together (h11's incomplete-event limit)
-    backlog: int = Field(2048, ge=1)  # connections the kernel queues before the server accepts them
+    backlog: int = Field(4096, ge=1)  # connections the kernel queues before they are accepted (capped by somaxconn)
 
     # Logging.
     log_level: Literal["debug", "info", "warning", "error"] = "info"
