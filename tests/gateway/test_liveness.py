@@ -100,3 +100,90 @@ def test_a_replica_that_does_not_answer_its_health_check_is_declared_and_the_wai
         assert cancelled.is_set() and "a" in live.unresponsive
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_a_frozen_replica_loses_no_request_that_had_not_started_streaming(serve_model_dir, tmp_path):
+    """SIGSTOP one of two busy replicas: requests waiting on it for a first byte move to the other within
+    the deadline; streams already under way end with an error event and `data: [DONE]`; nothing hangs."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import httpx
+
+    from .harness import MODEL_NAME, RunningGateway, variant, wait_for
+
+    deadline_s = 3.0
+    raw = {
+        "model": str(serve_model_dir),
+        "threads": 1,
+        "variants": [variant("fast", lo=2, hi=2)],
+        "policy": {"name": "hpa", "interval_s": 0.5, "params": {"target": 100}},
+    }
+    gw = RunningGateway(raw, tmp_path / "logs", first_byte_timeout_s=deadline_s, stream_idle_timeout_s=deadline_s)
+    frozen: int | None = None
+    outcomes: list[tuple[bool, float, float, bool, str]] = []  # stream?, started, seconds, ok, detail
+    unfinished: list[str] = []  # streams that did not end with data: [DONE]
+    lock, stop = threading.Lock(), threading.Event()
+
+    def client(worker: int) -> None:
+        with httpx.Client(base_url=gw.url, timeout=120) as http:
+            n = 0
+            while not stop.is_set():
+                stream, n = (worker + n) % 2 == 0, n + 1
+                body = {"model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": 48, "stream": stream}
+                started = time.monotonic()
+                try:
+                    if stream:
+                        with http.stream("POST", "/v1/completions", json=body) as r:
+                            text = "".join(r.iter_text())
+                        ok, detail = r.status_code == 200 and '"error"' not in text, text[-300:]
+                        if not text.endswith("data: [DONE]\n\n"):  # every stream must, even a broken one
+                            unfinished.append(text[-300:])
+                    else:
+                        r = http.post("/v1/completions", json=body)
+                        ok, detail = r.status_code == 200, r.text[:300]
+                except httpx.HTTPError as exc:
+                    ok, detail = False, repr(exc)
+                with lock:
+                    outcomes.append((stream, started, time.monotonic() - started, ok, detail))
+
+    try:
+        gw.wait_ready("fast", count=2)
+        workers = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(6)]
+        for w in workers:
+            w.start()
+        wait_for(lambda: sum(o[3] for o in outcomes) >= 6, 60, "the load to get going")
+        busy = wait_for(
+            lambda: next((rid for rid, n in gw.gw.inflight.running.items() if n >= 2), None), 30, "a busy replica"
+        )
+        frozen = gw.backend.pid(busy)
+        os.kill(frozen, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        wait_for(lambda: busy in gw.gw.liveness.unresponsive, 2 * deadline_s + 10, "the replica to be declared")
+        served = sum(o[3] for o in outcomes)
+        wait_for(lambda: sum(o[3] for o in outcomes) >= served + 12, 90, "requests after the freeze to succeed")
+        stop.set()
+        for w in workers:
+            w.join(120)
+    finally:
+        stop.set()
+        if frozen is not None:
+            try:
+                os.kill(frozen, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        gw.stop()
+    assert unfinished == [], unfinished
+    failed_before_a_byte = [o for o in outcomes if not o[3] and not (o[0] and "data:" in o[4].split('"error"')[0])]
+    assert failed_before_a_byte == [], failed_before_a_byte
+    broken = [o for o in outcomes if not o[3]]
+    assert all("replica_" in o[4] for o in broken), broken  # mid-stream: the error event names the failure
+    # Nothing hung until the replica was killed (47 s before): each request in flight at the freeze, or
+    # started after it, ended within the deadline, a health check and a fresh run elsewhere.
+    during = [o for o in outcomes if o[1] + o[2] > frozen_at]
+    assert during and max(o[2] for o in during) < 2 * deadline_s + 20, sorted(o[2] for o in during)[-5:]
+    print(f"frozen replica: {len(outcomes)} requests, {len(broken)} streams ended by an error event, slowest "
+          f"during the freeze {max(o[2] for o in during):.1f} s")
