@@ -1,8 +1,9 @@
-"""A connection flood from this process: thousands of TCP connections that send half a request and wait.
+"""A connection flood from this process, and watching a server stay responsive through it.
 
-`Flood(host, port, count)` opens them (non-blocking, as fast as the kernel takes them), sends each
-the start of a request line and headers but never the blank line that ends them, and holds them
-until `close()`. `served_within(url)` times a new client's request on a fresh connection.
+`Flood(host, port, count)` opens thousands of TCP connections (non-blocking, as fast as the kernel
+takes them), sends each the start of a request line and headers but never the blank line that ends
+them, and holds them until `close()`; `SteadyFlood` keeps adding more. `flood_and_measure` does
+both and times new clients meanwhile. `HealthWatch` polls GET /health and keeps the slowest answer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 
 import httpx
 
-__all__ = ["Flood", "SteadyFlood", "fresh_request_seconds", "still_open"]
+__all__ = ["Flood", "HealthWatch", "SteadyFlood", "flood_and_measure", "fresh_request_seconds", "still_open"]
 
 PARTIAL = b"POST /v1/completions HTTP/1.1\r\nHost: flood\r\nContent-Type: application/json\r\nX-Slow: "
 
@@ -99,3 +100,63 @@ def fresh_request_seconds(url: str, path: str = "/health") -> float:
     with httpx.Client(timeout=10) as client:
         assert client.get(url + path).status_code == 200
     return time.monotonic() - started
+
+
+def flood_and_measure(url: str, port: int, burst: int = 3000, per_second: int = 500, samples: int = 5) -> dict:
+    """Hold `burst` half-sent connections, keep opening `per_second` more, and time `samples` new clients.
+
+    Returns the seconds the burst took to be absorbed (the kernel queues it meanwhile), each new
+    client's seconds, and how many of the burst's connections the server still held once past its
+    header deadline (waiting up to 30 s for it to close them).
+    """
+    started = time.monotonic()
+    held = Flood("127.0.0.1", port, burst)
+    steady = SteadyFlood("127.0.0.1", port, per_second)
+    try:
+        fresh_request_seconds(url)
+        absorbed = time.monotonic() - started
+        steady.start()
+        seconds = [fresh_request_seconds(url) for _ in range(samples)]
+        deadline = time.monotonic() + 30
+        while still_open(held.sockets) > 50 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left_open = still_open(held.sockets)
+    finally:
+        steady.stop()
+        held.close()
+    return {
+        "connections": burst + steady.opened, "burst_absorbed_s": absorbed, "new_client_s": seconds,
+        "left_open": left_open,
+    }  # fmt: skip
+
+
+class HealthWatch(threading.Thread):
+    """GET /health every 20 ms on its own connection; `stop()` returns the slowest answer's seconds."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.worst, self.count = url, 0.0, 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            while not self.stopped.is_set():
+                started = time.monotonic()
+                assert client.get("/health").status_code == 200
+                self.worst = max(self.worst, time.monotonic() - started)
+                self.count += 1
+                self.stopped.wait(0.02)
+
+    def __enter__(self) -> HealthWatch:
+        self.start()
+        while self.count < 3 and self.is_alive():  # watching before the test's load comes
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> float:
+        self.stopped.set()
+        self.join(30)
+        return self.worst

@@ -14,13 +14,12 @@ few log lines.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from flood import Flood, SteadyFlood, fresh_request_seconds, still_open
+from flood import HealthWatch, flood_and_measure
 from server_process import ServerProcess
 
 from .harness import MODEL_NAME, RunningGateway, metric, server_errors, total_retries, variant
@@ -110,29 +109,6 @@ def memory_peak(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-class HealthWatch(threading.Thread):
-    """GET /health every 20 ms on its own connection; the slowest answer."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(daemon=True)
-        self.url, self.worst, self.count = url, 0.0, 0
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=30) as client:
-            while not self.stopped.is_set():
-                started = time.monotonic()
-                assert client.get("/health").status_code == 200
-                self.worst = max(self.worst, time.monotonic() - started)
-                self.count += 1
-                self.stopped.wait(0.02)
-
-    def stop(self) -> float:
-        self.stopped.set()
-        self.join(30)
-        return self.worst
-
-
 def response_of(sock: socket.socket) -> bytes:
     sock.settimeout(10)
     data = b""
@@ -146,11 +122,7 @@ def response_of(sock: socket.socket) -> bytes:
 
 def test_a_1gb_body_is_refused_with_flat_memory_and_no_stall(gateway):
     peak_before = memory_peak(gateway.proc.pid)
-    watch = HealthWatch(gateway.url)
-    watch.start()
-    while watch.count < 3:  # watching before the bodies come
-        time.sleep(0.01)
-    try:
+    with HealthWatch(gateway.url) as watch:
         # Declared: refused before a byte of it is read.
         with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
@@ -177,29 +149,15 @@ def test_a_1gb_body_is_refused_with_flat_memory_and_no_stall(gateway):
         deep = b"[" * 1_000_000
         r = httpx.post(gateway.url + "/v1/completions", content=deep, headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "json_too_deep"
-    finally:
-        worst = watch.stop()
-    assert worst < 1.0, f"/health took {worst:.2f} s meanwhile"
+    assert watch.worst < 1.0, f"/health took {watch.worst:.2f} s meanwhile"
     assert memory_peak(gateway.proc.pid) - peak_before < 64 << 20
 
 
 def test_a_connection_flood_locks_no_client_out_of_the_gateway(gateway):
-    host, port = "127.0.0.1", gateway.port
     lines_before = len(gateway.log().splitlines())
-    flood = Flood(host, port, 3000)
-    steady = SteadyFlood(host, port, per_second=500)
-    try:
-        fresh_request_seconds(gateway.url)  # the burst absorbed
-        steady.start()
-        seconds = [fresh_request_seconds(gateway.url) for _ in range(5)]
-        assert max(seconds) < 1.0, seconds
-        deadline = time.monotonic() + 30
-        while still_open(flood.sockets) > 50 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert still_open(flood.sockets) <= 50
-    finally:
-        steady.stop()
-        flood.close()
+    seen = flood_and_measure(gateway.url, gateway.port)
+    assert max(seen["new_client_s"]) < 1.0, seen
+    assert seen["left_open"] <= 50, seen
     log = gateway.log().splitlines()[lines_before:]
     assert len(log) < 40, "\n".join(log[:60])
     assert not any("Traceback" in line for line in log)

@@ -21,6 +21,14 @@ from pydantic import BaseModel, ConfigDict
 __all__ = ["ErrorBody", "ErrorDetail", "Operation", "install_openapi", "EVENT_STREAM"]
 
 EVENT_STREAM = "text/event-stream"
+# Each server-sent event (OpenAPI 3.2's reading of a text/event-stream schema, and schemathesis's).
+SSE_EVENT = {
+    "type": "object",
+    "description": "One event: `data` is a JSON chunk (the 200 JSON body's shape, with `delta`s for chat), "
+    "an error body ({error: ...}) if the stream fails mid-way, or `[DONE]`, always last.",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}},
+    "required": ["data"],
+}
 _REASONS = {
     400: "The request is invalid (the message names the field)",
     401: "Missing or wrong API key",
@@ -89,9 +97,7 @@ def install_openapi(app: FastAPI, operations: Mapping[tuple[str, str], Operation
                 ok_schema = {"type": "string"}
             content: dict[str, Any] = {op.ok_media: {"schema": ok_schema}}
             if op.stream:
-                content[EVENT_STREAM] = {
-                    "schema": {"type": "string", "description": "server-sent events ending in `data: [DONE]`"}
-                }
+                content[EVENT_STREAM] = {"schema": SSE_EVENT}
             responses["200"] = {"description": "Successful Response", "content": content}
             for status in op.errors:
                 responses[str(status)] = {
