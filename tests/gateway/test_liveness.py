@@ -187,3 +187,16 @@ def test_a_frozen_replica_loses_no_request_that_had_not_started_streaming(serve_
     assert during and max(o[2] for o in during) < 2 * deadline_s + 20, sorted(o[2] for o in during)[-5:]
     print(f"frozen replica: {len(outcomes)} requests, {len(broken)} streams ended by an error event, slowest "
           f"during the freeze {max(o[2] for o in during):.1f} s")
+
+
+def test_replicas_that_left_the_fleet_are_forgotten():
+    revived: list[str] = []
+
+    async def main() -> None:
+        live = Liveness(on_revive=revived.append)
+        live.declare("gone", "no first byte")
+        live.declare("kept", "no first byte")
+        live.forget(["kept", "other"])
+        assert set(live.unresponsive) == {"kept"} and revived == ["gone"]
+
+    asyncio.run(main())

@@ -75,6 +75,14 @@ class Liveness:
             self.on_revive(replica_id)
         self._events.pop(replica_id, None)
 
+    def forget(self, live: list[str]) -> None:
+        """Drop what is known of replicas no longer in the fleet (stopped, replaced)."""
+        for replica_id in [r for r in self.unresponsive if r not in live]:
+            del self.unresponsive[replica_id]
+            self.on_revive(replica_id)  # nothing left to skip
+        for replica_id in [r for r in self._events if r not in live]:
+            del self._events[replica_id]
+
     @asynccontextmanager
     async def deadline(self, replica_id: str, seconds: float, what: str) -> AsyncIterator[None]:
         """Raise Unresponsive if the block does not finish within `seconds` (declaring the replica

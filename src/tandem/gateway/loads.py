@@ -64,8 +64,10 @@ async def _poll_one(client: httpx.AsyncClient, replica: Replica, timeout_s: floa
 
 async def poll_loads(gw: Any) -> int:
     """Poll every ready or draining replica at once; record the answers. Returns how many answered."""
-    replicas = [r for r in gw.backend.list() if r.state in _POLLED]
+    live = gw.backend.list()
+    replicas = [r for r in live if r.state in _POLLED]
     gw.inflight.forget([r.replica_id for r in replicas])
+    gw.liveness.forget([r.replica_id for r in live])
     if not replicas or gw.client is None:
         return 0
     loads = await asyncio.gather(*(_poll_one(gw.client, r, gw.load_timeout_s) for r in replicas))
