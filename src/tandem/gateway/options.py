@@ -47,6 +47,19 @@ _OPTIONS = [
         help="Gateway: seconds a request waits for a replica, then 503.  [default: 60]",
     ),
     click.option(
+        "--first-byte-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Gateway: seconds to a stream's first chunk (a non-streaming answer: a replica health check); "
+        "a replica that misses it is skipped and the request re-run.  [default: 30]",
+    ),
+    click.option(
+        "--stream-idle-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Gateway: the longest pause between a stream's chunks.  [default: 30]",
+    ),
+    click.option(
         "--print-deployment-schema",
         is_flag=True,
         expose_value=False,

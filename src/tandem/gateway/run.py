@@ -17,7 +17,8 @@ from types import FrameType
 
 import uvicorn
 
-from tandem.edge.server import ExitZeroServer, configure_logging
+from tandem.edge.server import ExitZeroServer, configure_logging, uvicorn_config
+from tandem.edge.settings import Settings
 from tandem.gateway.app import create_gateway_app, stop_replicas
 from tandem.gateway.wiring import Gateway
 
@@ -78,16 +79,14 @@ class GatewayServer(ExitZeroServer):
         await super().serve(sockets)
 
 
-def run_gateway(
-    gw: Gateway, host: str, port: int, *, api_key: str | None = None, log_level: str = "info",
-    access_log: bool = False, max_body_bytes: int = 1 << 20, log_dir: str | None = None,
-) -> int:  # fmt: skip
+def run_gateway(gw: Gateway, settings: Settings, *, log_dir: str | None = None) -> int:
     """Serve until SIGTERM/SIGINT (exit 0), or until the primary variant gives up (exit 1)."""
-    configure_logging(log_level)
+    configure_logging(settings.log_level)
     names = ", ".join(f"{p.variant.name} ({p.variant.recipe or 'default recipe'})" for p in gw.deployment.plans)
     logger.info(
         "tandem gateway on http://%s:%d: variants %s; primary %s, fallback %s, policy %s; replica logs in %s",
-        host, port, names, gw.deployment.primary, gw.deployment.fallback, gw.deployment.policy_name, log_dir,
+        settings.host, settings.port, names, gw.deployment.primary, gw.deployment.fallback,
+        gw.deployment.policy_name, log_dir,
     )  # fmt: skip
     server: GatewayServer | None = None
 
@@ -95,11 +94,12 @@ def run_gateway(
         if server is not None:
             server.fail(message)
 
-    app = create_gateway_app(gw, api_key=api_key, max_body_bytes=max_body_bytes, on_fatal=on_fatal)
-    config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, access_log=access_log, server_header=False,
-        timeout_graceful_shutdown=gw.shutdown_timeout_s,
+    app = create_gateway_app(
+        gw, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout,
+        on_fatal=on_fatal,
     )  # fmt: skip
+    # Each client connection may hold one to a replica as well: two descriptors per connection.
+    config = uvicorn_config(app, settings, shutdown_timeout_s=gw.shutdown_timeout_s, per_connection_fds=2)
     server = GatewayServer(config, gw)
     server.run()
     stop_replicas(gw.backend, wait_s=5.0)  # after a second signal uvicorn skipped the app's shutdown; else a no-op

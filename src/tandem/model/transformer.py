@@ -230,6 +230,11 @@ class Transformer(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
 
+    def ensure_positions(self, count: int) -> None:
+        """Rotary tables for at least `count` positions (loaded for the served context only; grown here)."""
+        if self.rope_cos.shape[0] < count:
+            self.rope_cos, self.rope_sin = rope_tables(self.config, count)
+
     def forward(
         self,
         tokens: torch.Tensor,
