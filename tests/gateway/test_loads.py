@@ -19,7 +19,8 @@ LONG = {"model": MODEL_NAME, "prompt": "a", "max_tokens": 1000, "ignore_eos": Tr
 class Streams:
     """`count` long streams to `url`, held open until `stop()`."""
 
-    def __init__(self, url: str, count: int) -> None:
+    def __init__(self, url: str, count: int, token: str | None = None) -> None:
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.started = threading.Semaphore(0)
         self.stopped = threading.Event()
         self.threads = [threading.Thread(target=self._one, args=(url,), daemon=True) for _ in range(count)]
@@ -27,7 +28,7 @@ class Streams:
             thread.start()
 
     def _one(self, url: str) -> None:
-        with httpx.stream("POST", url + "/v1/completions", json=LONG, timeout=120) as response:
+        with httpx.stream("POST", url + "/v1/completions", json=LONG, headers=self.headers, timeout=120) as response:
             first = True
             for _ in response.iter_lines():
                 if first:
@@ -70,7 +71,7 @@ def test_a_replica_saturated_from_elsewhere_is_avoided(serve_model_dir, tmp_path
     try:
         gw.wait_ready("fast", count=2)
         busy, idle = sorted(gw.backend.list(), key=lambda r: r.replica_id)  # the router's tie-break favours `busy`
-        direct = Streams(busy.url, 10)  # 8 slots: 8 run and 2 wait, none of it through the gateway
+        direct = Streams(busy.url, 10, gw.fleet_secret)  # 8 slots: 8 run and 2 wait, none through the gateway
         try:
 
             def reported():

@@ -176,7 +176,8 @@ def test_a_stream_that_fails_mid_way_ends_with_an_error_event_and_done(tiny_llam
             async def outputs():
                 async for out in real(*args, **kwargs):
                     yield out
-                    raise RuntimeError("the engine broke")
+                    if out.new_text:  # a first token may be half a character, which is held back
+                        raise RuntimeError("the engine broke")
 
             return outputs()
 
