@@ -174,12 +174,20 @@ class Engine:
     # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        started = self.clock()
         plan = self.batcher.schedule()
         if plan.empty:
             return []
         batch = self._with_drafts(plan)
         logits = self._run(batch)
-        return self._postprocess(batch, logits)
+        outputs = self._postprocess(batch, logits)
+        if self.speculator is not None and batch.decode:
+            # What adaptive speculators learn from: outcomes, and what the step cost besides drafting.
+            seconds = self.clock() - started - batch.draft_seconds
+            self.speculator.observe(
+                StepFeedback(batch.verified, batch.drafted, batch.accepted, len(batch.decode), batch.num_tokens, seconds)
+            )
+        return outputs
 
     # 1. schedule (the Batcher's plan) and draft
 
@@ -188,7 +196,9 @@ class Engine:
         request wants prompt logprobs), decode rows (their last token), and rows verifying draft
         tokens (last token + proposals, all scored)."""
         now = self.clock()
-        batch = _StepBatch(plan.prefill, plan.decode, plan.copies, self._propose(plan.decode))
+        num_prefill = sum(chunk for _, chunk in plan.prefill)
+        batch = _StepBatch(plan.prefill, plan.decode, plan.copies, self._propose(plan.decode, num_prefill))
+        batch.draft_seconds = self.clock() - now
         for seq, chunk in plan.prefill:
             if seq.metrics.first_scheduled_time is None:
                 seq.metrics.first_scheduled_time = now
@@ -198,13 +208,13 @@ class Engine:
             batch.add_row(seq, row, len(row))
         return batch
 
-    def _propose(self, decode: list[Sequence]) -> list[Proposal | None]:
+    def _propose(self, decode: list[Sequence], num_prefill_tokens: int) -> list[Proposal | None]:
         """Draft tokens for the decoding rows the speculator picks (None: the row decodes plainly)."""
         proposals: list[Proposal | None] = [None] * len(decode)
         spec = self.speculator
         if not decode or spec is None:
             return proposals
-        lengths = spec.draft_lengths(decode)
+        lengths = spec.draft_lengths(decode, num_prefill_tokens)
         # Each row writes k + 1 positions from its last token: stay inside the slot, and draft no more
         # than the request can still emit (a step emits up to k + 1 tokens).
         lengths = [
@@ -223,10 +233,7 @@ class Engine:
     def _run(self, batch: _StepBatch) -> list[torch.Tensor]:
         for copy in batch.copies:
             self.runner.copy_prefix(copy.src_slot, copy.dst_slot, copy.num_tokens)
-        start = self.clock()
-        logits = self.runner.forward_scored(batch.rows, batch.slots, batch.starts, batch.scored)
-        batch.forward_seconds = self.clock() - start
-        return logits
+        return self.runner.forward_scored(batch.rows, batch.slots, batch.starts, batch.scored)
 
     # 3. post-process
 
@@ -292,9 +299,7 @@ class Engine:
         self.num_drafted_tokens += sum(drafted)
         self.num_accepted_tokens += sum(accepted)
         self.num_spec_rows += len(seqs)
-        self.speculator.observe(
-            StepFeedback(seqs, drafted, accepted, len(batch.decode), batch.num_tokens, batch.forward_seconds)
-        )
+        batch.verified, batch.drafted, batch.accepted = seqs, drafted, accepted
         return results
 
     def _emit(self, results: list[tuple[Sequence, list[int], list]]) -> list[RequestOutput]:
@@ -387,7 +392,10 @@ class _StepBatch:
     slots: list[int] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     scored: list[int] = field(default_factory=list)
-    forward_seconds: float = 0.0
+    draft_seconds: float = 0.0  # the speculator's proposing, on the engine's clock
+    verified: list[Sequence] = field(default_factory=list)  # rows whose proposals were verified, with
+    drafted: list[int] = field(default_factory=list)  # how many tokens each was proposed
+    accepted: list[int] = field(default_factory=list)  # and how many of those the target accepted
 
     def add_row(self, seq: Sequence, tokens: list[int], scored: int) -> None:
         self.rows.append(tokens)

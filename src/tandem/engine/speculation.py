@@ -42,7 +42,7 @@ class StepFeedback:
     accepted: list[int]  # of those, accepted by the target
     num_decode_rows: int  # decoding rows in the step (verified or not)
     num_tokens: int  # flat tokens the step's target forward ran (prompt chunks included)
-    forward_seconds: float  # how long that forward took, on the engine's clock
+    step_seconds: float  # the step's time on the engine's clock, less the speculator's own drafting
 
 
 class Speculator(Protocol):
@@ -51,15 +51,18 @@ class Speculator(Protocol):
 
     def bind(self, num_slots: int, max_len: int) -> None: ...
 
-    def draft_lengths(self, seqs: list[Sequence]) -> list[int]:
-        """Tokens to draft for each decoding row this step (0: decode it plainly)."""
+    def draft_lengths(self, seqs: list[Sequence], num_prefill_tokens: int) -> list[int]:
+        """Tokens to draft for each decoding row this step (0: decode it plainly); the step also
+        runs num_prefill_tokens prompt tokens in the same forward."""
         ...
 
     def propose(self, seqs: list[Sequence], lengths: list[int]) -> list[Proposal]:
         """Up to lengths[i] tokens for row i (each >= 1)."""
         ...
 
-    def observe(self, feedback: StepFeedback) -> None: ...
+    def observe(self, feedback: StepFeedback) -> None:
+        """After every step with decoding rows: verification outcomes (if any) and the step's cost."""
+        ...
 
     def release(self, seq: Sequence) -> None: ...
 

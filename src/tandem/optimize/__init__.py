@@ -6,14 +6,34 @@ Engine runs.
 """
 
 from tandem.optimize import registry
+from tandem.optimize.adaptive import AdaptiveNgram, AdaptiveSpeculative
 from tandem.optimize.int8 import Int8
 from tandem.optimize.kv_cache import KvBFloat16
 from tandem.optimize.ngram import Ngram
 from tandem.optimize.precision import Baseline, BFloat16
-from tandem.optimize.registry import RecipeError, apply_recipe, describe, get, names, parse_recipe, register
+from tandem.optimize.registry import (
+    RecipeError,
+    apply_recipe,
+    describe,
+    get,
+    names,
+    parse_recipe,
+    register,
+    versions,
+)
 from tandem.optimize.speculative import Speculative
 
-__all__ = ["RecipeError", "apply_recipe", "describe", "get", "names", "parse_recipe", "register", "registry"]
+__all__ = [
+    "RecipeError",
+    "apply_recipe",
+    "describe",
+    "get",
+    "names",
+    "parse_recipe",
+    "register",
+    "registry",
+    "versions",
+]
 
 register("baseline", Baseline())
 register("bf16", BFloat16())
@@ -21,3 +41,6 @@ register("int8", Int8())
 register("kv-bf16", KvBFloat16())
 register("speculative", Speculative())
 register("ngram", Ngram())
+# Second versions beside the first (a bare name still means 1.0): "speculative@2.0", "ngram@2.0".
+register("speculative", AdaptiveSpeculative())
+register("ngram", AdaptiveNgram())

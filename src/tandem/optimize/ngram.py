@@ -36,7 +36,7 @@ class NgramSpeculator:
     def bind(self, num_slots: int, max_len: int) -> None:
         pass
 
-    def draft_lengths(self, seqs: list[Sequence]) -> list[int]:
+    def draft_lengths(self, seqs: list[Sequence], num_prefill_tokens: int = 0) -> list[int]:
         return [self.k if len(seqs) <= self.max_batch else 0] * len(seqs)
 
     def propose(self, seqs: list[Sequence], lengths: list[int]) -> list[Proposal]:

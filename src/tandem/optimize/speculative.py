@@ -21,11 +21,22 @@ from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback
 from tandem.model.loader import Model, load_model
 
-__all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir"]
+__all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir", "load_draft"]
 
 
 def default_draft_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "models" / "tandem-code-draft"
+
+
+def load_draft(path: str | None, target: Model, who: str = "speculative") -> Model:
+    """The draft model (default: the bundled draft); it must share the target's vocabulary."""
+    draft = load_model(path or default_draft_dir())
+    if draft.config.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"{who}: draft vocabulary ({draft.config.vocab_size}) differs from the target's "
+            f"({target.config.vocab_size}); the draft must share the target's tokenizer"
+        )
+    return draft
 
 
 @dataclass
@@ -69,7 +80,7 @@ class DraftModelSpeculator:
         rows = [ids[v:] for ids, v in zip(all_ids, valid, strict=True)]
         return self.runner.forward(rows, [s.slot for s in seqs], valid, last_only=True)
 
-    def draft_lengths(self, seqs: list[Sequence]) -> list[int]:
+    def draft_lengths(self, seqs: list[Sequence], num_prefill_tokens: int = 0) -> list[int]:
         return [self.k if len(seqs) <= self.max_batch else 0] * len(seqs)
 
     def observe(self, feedback: StepFeedback) -> None:
@@ -131,12 +142,6 @@ class Speculative:
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
         if model.speculator is not None:
             raise ValueError("speculative: the recipe already has a speculator; use one speculative optimizer")
-        draft = load_model(self.draft or default_draft_dir())
-        target = model.model
-        if draft.config.vocab_size != target.config.vocab_size:
-            raise ValueError(
-                f"speculative: draft vocabulary ({draft.config.vocab_size}) differs from the target's "
-                f"({target.config.vocab_size}); the draft must share the target's tokenizer"
-            )
+        draft = load_draft(self.draft, model.model)
         speculator = DraftModelSpeculator(draft, self.k, self.max_batch)
         return model.with_changes(speculator=speculator, notes=(*model.notes, f"draft={draft.path}"))

@@ -42,6 +42,7 @@ class ServerConfig(BaseModel):
     max_num_seqs: int = Field(64, ge=1)
     max_prefill_tokens: int = Field(512, ge=1)
     threads: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool = True  # reuse the KV of identical prompt prefixes
 
     # Admission and limits.
     max_queue: int = Field(256, ge=0)  # sequences allowed to wait for a KV slot before 429
