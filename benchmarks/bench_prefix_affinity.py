@@ -53,7 +53,9 @@ def system_prompts(count: int, tokens: int) -> list[str]:
     for text in heldout_texts():
         ids = tokenizer.encode(text, add_special_tokens=False)
         if len(ids) >= tokens:
-            prompts.append("# You are a careful Python reviewer. Reference code follows.\n" + tokenizer.decode(ids[:tokens]))
+            prompts.append(
+                "# You are a careful Python reviewer. Reference code follows.\n" + tokenizer.decode(ids[:tokens])
+            )
         if len(prompts) == count:
             return prompts
     raise SystemExit(f"need {count} held-out files of {tokens} tokens, found {len(prompts)}")

@@ -1,6 +1,7 @@
 """Engine: continuous batching gives each request exactly the tokens it gets alone; stop rules; limits."""
 
 import pytest
+from staggered import run_staggered
 
 from tandem.engine import Engine, EngineConfig, PromptTooLongError, RequestError, SamplingParams
 from tandem.model import load_model
@@ -28,17 +29,7 @@ def test_staggered_requests_get_exactly_their_solo_greedy_tokens(model):
     params = [SamplingParams.greedy_params(8 + 5 * i, ignore_eos=True) for i in range(len(PROMPTS))]
     expected = [alone(model, p, sp) for p, sp in zip(PROMPTS, params, strict=True)]
     engine = make_engine(model, max_prefill_tokens=24)  # chunked prefill mixes with decode steps
-    final, submitted, step = {}, 0, 0
-    while len(final) < len(PROMPTS):
-        # Submit a new request every other step while others are mid-flight.
-        if submitted < len(PROMPTS) and step % 2 == 0:
-            engine.add_request(PROMPTS[submitted], params[submitted], request_id=str(submitted))
-            submitted += 1
-        for out in engine.step():
-            if out.finished:
-                final[int(out.request_id)] = out.token_ids
-        step += 1
-    assert [final[i] for i in range(len(PROMPTS))] == expected
+    assert [o.token_ids for o in run_staggered(engine, PROMPTS, params)] == expected
     assert [len(t) for t in expected] == [8 + 5 * i for i in range(len(PROMPTS))]
 
 

@@ -1,6 +1,7 @@
 """PrefixCache: hash chains of full blocks over KV slots: hits, adoption vs copy, LRU eviction, counters."""
 
 import pytest
+from staggered import run_staggered
 
 from tandem.engine import prefix_cache as pc
 from tandem.engine.prefix_cache import PrefixCache, block_hashes
@@ -122,22 +123,9 @@ def test_no_free_slot_is_an_error_and_a_bad_block_size_is_refused():
 # -- through the engine: greedy output identical with the cache on and off ---------------------------
 
 FAMILIES = [[0, *[(7 * f + 3 * i) % 300 + 10 for i in range(41)]] for f in range(3)]  # 42-token "system prompts"
-REQUESTS = [(f, [200 + 5 * r + j for j in range(2 + 7 * r % 23)]) for r, f in enumerate([0, 1, 0, 2, 1, 0, 2, 2, 1, 0, 1, 2])]
-
-
-def staggered(engine, params):
-    """Submit a request every other step while others run; final tokens in request order."""
-    final, submitted, step = {}, 0, 0
-    while len(final) < len(REQUESTS):
-        if submitted < len(REQUESTS) and step % 2 == 0:
-            family, tail = REQUESTS[submitted]
-            engine.add_request(FAMILIES[family] + tail, params[submitted], request_id=str(submitted))
-            submitted += 1
-        for out in engine.step():
-            if out.finished:
-                final[int(out.request_id)] = out
-        step += 1
-    return [final[i] for i in range(len(REQUESTS))]
+REQUESTS = [
+    (f, [200 + 5 * r + j for j in range(2 + 7 * r % 23)]) for r, f in enumerate([0, 1, 0, 2, 1, 0, 2, 2, 1, 0, 1, 2])
+]
 
 
 @pytest.fixture(scope="module")
@@ -165,13 +153,13 @@ def test_greedy_output_is_identical_with_prefix_caching_on_and_off(tiny_model, k
         copies = []
         schedule = engine.batcher.schedule
 
-        def spy():
+        def spy(schedule=schedule, copies=copies):
             plan = schedule()
             copies.extend(plan.copies)
             return plan
 
         engine.batcher.schedule = spy
-        runs[caching] = staggered(engine, params), engine, copies
+        runs[caching] = run_staggered(engine, [FAMILIES[f] + tail for f, tail in REQUESTS], params), engine, copies
     (off, engine_off, _), (on, engine_on, copies) = runs[False], runs[True]
     assert [o.token_ids for o in on] == [o.token_ids for o in off]
     cache = engine_on.batcher.prefix_cache

@@ -4,6 +4,7 @@ keeps the target's distribution, and the draft length follows acceptance and cos
 import pytest
 import torch
 from scipy.stats import chisquare
+from staggered import run_staggered
 
 from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.engine.sampler import filtered_probs
@@ -24,19 +25,6 @@ def force_costs(engine, target=LinearCost(1.0, 0.0), draft=LinearCost(0.0, 0.0))
     return engine
 
 
-def run_staggered(engine):
-    final, submitted, step = {}, 0, 0
-    while len(final) < len(PROMPTS):
-        if submitted < len(PROMPTS) and step % 3 == 0:
-            engine.add_request(PROMPTS[submitted], PARAMS[submitted], request_id=str(submitted))
-            submitted += 1
-        for out in engine.step():
-            if out.finished:
-                final[int(out.request_id)] = out.token_ids
-        step += 1
-    return [final[i] for i in range(len(PROMPTS))]
-
-
 @pytest.fixture(scope="module")
 def baseline_tokens(tiny_llama_dir):
     return [o.token_ids for o in Engine(load_model(tiny_llama_dir), CONFIG).generate(PROMPTS, PARAMS)]
@@ -55,7 +43,7 @@ def test_greedy_output_identical_to_target_alone(recipe, forced, tiny_llama_dir,
     engine = Engine(apply_recipe(load_model(tiny_llama_dir), recipe.format(draft=tiny_draft_dir)), CONFIG)
     if forced:
         force_costs(engine)
-    assert run_staggered(engine) == baseline_tokens
+    assert [o.token_ids for o in run_staggered(engine, PROMPTS, PARAMS, every=3)] == baseline_tokens
     if forced:
         assert engine.num_drafted_tokens > 0 and 0 <= engine.num_accepted_tokens <= engine.num_drafted_tokens
 

@@ -85,7 +85,9 @@ def test_a_name_keeps_several_versions_and_a_bare_name_means_the_default():
     steps = parse_recipe("int8+speculative@2.0(k_max=6)")
     assert steps[1] == RecipeStep("speculative@2.0", (("k_max", 6),))
     assert str(steps[1]) == "speculative@2.0(k_max=6)"
-    with pytest.raises(RecipeError, match=r"'speculative' has no version '9.9'; registered: speculative@1.0, speculative@2.0"):
+    with pytest.raises(
+        RecipeError, match=r"'speculative' has no version '9.9'; registered: speculative@1.0, speculative@2.0"
+    ):
         parse_recipe("speculative@9.9")
     with pytest.raises(RecipeError, match="bad parameter for optimizer 'ngram@2.0'"):
         get("ngram@2.0", k=3)  # version 2 has k_max, not k

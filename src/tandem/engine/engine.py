@@ -17,18 +17,19 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from tandem.contracts import OptimizedModel
-from tandem.engine.batcher import Batcher, KVCopy, StepPlan
+from tandem.engine.batcher import Batcher, StepPlan
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
 from tandem.engine.sampler import logprob_entries, new_generator, sample
 from tandem.engine.sampling_params import SamplingParams
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback, verify
+from tandem.engine.step_batch import StepBatch
 from tandem.model.loader import Model
 from tandem.model.tokenizer import IncrementalDetokenizer
 
@@ -179,30 +180,26 @@ class Engine:
         if plan.empty:
             return []
         batch = self._with_drafts(plan)
+        batch.started = started
         logits = self._run(batch)
-        outputs = self._postprocess(batch, logits)
-        if self.speculator is not None and batch.decode:
-            # What adaptive speculators learn from: outcomes, and what the step cost besides drafting.
-            seconds = self.clock() - started - batch.draft_seconds
-            self.speculator.observe(
-                StepFeedback(batch.verified, batch.drafted, batch.accepted, len(batch.decode), batch.num_tokens, seconds)
-            )
-        return outputs
+        return self._postprocess(batch, logits)
 
     # 1. schedule (the Batcher's plan) and draft
 
-    def _with_drafts(self, plan: StepPlan) -> _StepBatch:
+    def _with_drafts(self, plan: StepPlan) -> StepBatch:
         """The step's rows: prompt chunks (scored at their last token, or at every token when the
         request wants prompt logprobs), decode rows (their last token), and rows verifying draft
         tokens (last token + proposals, all scored)."""
         now = self.clock()
         num_prefill = sum(chunk for _, chunk in plan.prefill)
-        batch = _StepBatch(plan.prefill, plan.decode, plan.copies, self._propose(plan.decode, num_prefill))
+        batch = StepBatch(plan.prefill, plan.decode, plan.copies, self._propose(plan.decode, num_prefill))
         batch.draft_seconds = self.clock() - now
         for seq, chunk in plan.prefill:
             if seq.metrics.first_scheduled_time is None:
                 seq.metrics.first_scheduled_time = now
-            batch.add_row(seq, seq.prompt_ids[seq.num_computed : seq.num_computed + chunk], _prefill_scored(seq, chunk))
+            # A request scoring its prompt needs logits at every prompt position; others at the last.
+            scored = chunk if seq.params.prompt_logprobs is not None else 1
+            batch.add_row(seq, seq.prompt_ids[seq.num_computed : seq.num_computed + chunk], scored)
         for seq, proposal in zip(plan.decode, batch.proposals, strict=True):
             row = [seq.output_ids[-1], *(proposal.tokens if proposal else ())]
             batch.add_row(seq, row, len(row))
@@ -230,14 +227,14 @@ class Engine:
 
     # 2. run
 
-    def _run(self, batch: _StepBatch) -> list[torch.Tensor]:
+    def _run(self, batch: StepBatch) -> list[torch.Tensor]:
         for copy in batch.copies:
             self.runner.copy_prefix(copy.src_slot, copy.dst_slot, copy.num_tokens)
         return self.runner.forward_scored(batch.rows, batch.slots, batch.starts, batch.scored)
 
     # 3. post-process
 
-    def _postprocess(self, batch: _StepBatch, logits: list[torch.Tensor]) -> list[RequestOutput]:
+    def _postprocess(self, batch: StepBatch, logits: list[torch.Tensor]) -> list[RequestOutput]:
         results: list[tuple[Sequence, list[int], list]] = []
         plain: list[tuple[Sequence, torch.Tensor]] = []  # rows sampled from their last position
         for (seq, chunk), row_logits in zip(batch.prefill, logits, strict=False):
@@ -264,6 +261,15 @@ class Engine:
         if verified:
             results += self._accept(batch, verified)
         outputs = self._emit(results)
+        if self.speculator is not None and batch.decode:
+            # What adaptive speculators learn from: outcomes, and what the step cost besides drafting
+            # (told before finished sequences are released, so their outcomes count too).
+            seconds = self.clock() - batch.started - batch.draft_seconds
+            self.speculator.observe(
+                StepFeedback(
+                    batch.verified, batch.drafted, batch.accepted, len(batch.decode), batch.num_tokens, seconds
+                )
+            )
         for seq in self.batcher.release_finished():
             self._retire(seq)
         return outputs
@@ -282,7 +288,7 @@ class Engine:
         return [(s, [t], [lp]) for s, t, lp in zip(seqs, tokens, logprobs, strict=True)]
 
     def _accept(
-        self, batch: _StepBatch, verified: list[tuple[Sequence, Proposal, torch.Tensor]]
+        self, batch: StepBatch, verified: list[tuple[Sequence, Proposal, torch.Tensor]]
     ) -> list[tuple[Sequence, list[int], list]]:
         """Verify rows' proposals against the target's logits; advance their KV positions."""
         seqs, proposals = [s for s, _, _ in verified], [p for _, p, _ in verified]
@@ -374,35 +380,3 @@ class Engine:
             )
             for i in ids
         ]
-
-
-def _prefill_scored(seq: Sequence, chunk: int) -> int:
-    return chunk if seq.params.prompt_logprobs is not None else 1
-
-
-@dataclass
-class _StepBatch:
-    """One step's work: the plan's sequences, the speculator's proposals and the forward's rows."""
-
-    prefill: list[tuple[Sequence, int]]
-    decode: list[Sequence]
-    copies: list[KVCopy]
-    proposals: list[Proposal | None]  # per decode row
-    rows: list[list[int]] = field(default_factory=list)  # prefill rows first, then decode rows
-    slots: list[int] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    scored: list[int] = field(default_factory=list)
-    draft_seconds: float = 0.0  # the speculator's proposing, on the engine's clock
-    verified: list[Sequence] = field(default_factory=list)  # rows whose proposals were verified, with
-    drafted: list[int] = field(default_factory=list)  # how many tokens each was proposed
-    accepted: list[int] = field(default_factory=list)  # and how many of those the target accepted
-
-    def add_row(self, seq: Sequence, tokens: list[int], scored: int) -> None:
-        self.rows.append(tokens)
-        self.slots.append(seq.slot)
-        self.starts.append(seq.num_computed)
-        self.scored.append(scored)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(row) for row in self.rows)

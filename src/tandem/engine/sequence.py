@@ -5,11 +5,18 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from typing import Protocol
+
 from tandem.engine.outputs import RequestMetrics, RequestOutput, TokenLogprob
 from tandem.engine.sampling_params import SamplingParams
-from tandem.model.tokenizer import IncrementalDetokenizer
 
-__all__ = ["Sequence", "SequenceStatus"]
+__all__ = ["Detokenizer", "Sequence", "SequenceStatus"]
+
+
+class Detokenizer(Protocol):
+    """Token ids in, text out, one token at a time (tandem.model.IncrementalDetokenizer)."""
+
+    def push(self, token_id: int) -> str: ...
 
 
 class SequenceStatus(enum.Enum):
@@ -23,7 +30,7 @@ class Sequence:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    detokenizer: IncrementalDetokenizer
+    detokenizer: Detokenizer
     eos_ids: frozenset[int]
     max_len: int  # the context limit: prompt + output never exceed it
     metrics: RequestMetrics

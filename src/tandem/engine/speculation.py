@@ -2,9 +2,10 @@
 
 A Speculator (draft model, n-gram lookup, ... supplied by the optimization layer) first says how many
 tokens to draft for each decoding row this step (0: decode that row plainly; a fixed k up to a batch
-size, or a length chosen from measured acceptance and costs), then proposes up to that many. The target then scores, for all rows at once, the last accepted token
-followed by the k proposals: k + 1 tokens per row, in the same ragged forward as the step's prompt
-chunks and the rows that got no proposal (tandem.engine.engine). Acceptance is lossless:
+size, or a length chosen from measured acceptance and costs), then proposes up to that many. The
+target then scores, for all rows at once, the last accepted token followed by the k proposals: k + 1
+tokens per row, in the same ragged forward as the step's prompt chunks and the rows that got no
+proposal (tandem.engine.engine). Acceptance is lossless:
 - greedy rows keep proposals while they equal the target's argmax, then add the target's own token;
 - sampled rows use rejection sampling (Leviathan et al. 2023): accept proposal x with probability
   min(1, p(x) / q(x)); on the first rejection sample from norm(max(0, p - q)); if all k are accepted,

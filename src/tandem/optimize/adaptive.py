@@ -10,8 +10,9 @@ measures while serving (tandem.optimize.draft_length):
   engine's own step timings, so the choice follows the hardware, the model pair and the batch);
 
 and drafts the k (0 to k_max) that maximizes the step's expected output tokens per second for the
-current batch. Where no length pays, it decodes plainly, and it drafts one token now and then
-(`probe_every` steps) to notice when the text becomes predictable again.
+current batch. Where no length pays, it decodes plainly; a source unused for `probe_every` steps
+drafts at least one token, so its acceptance is measured again (the text may have become
+predictable, or the other source may have been chosen on a few unlucky outcomes).
 
 Two proposal sources: prompt lookup (the continuation of an earlier n-gram match: free, often long
 in code) and the draft model (one forward per drafted token). `speculative@2.0` uses both: rows with
@@ -78,7 +79,7 @@ class AdaptiveSpeculator:
     rows: dict[str, dict[str, _RowStats]] = field(default_factory=dict)
     _planned: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # request -> (source, lookup)
     _sources: dict[str, str] = field(default_factory=dict)  # request -> source of its pending proposal
-    _plain_steps: int = 0
+    _idle: dict[str, int] = field(default_factory=lambda: {LOOKUP: 0, DRAFT: 0})  # steps since a source drafted
 
     def bind(self, num_slots: int, max_len: int) -> None:
         if self.draft is not None:
@@ -99,29 +100,37 @@ class AdaptiveSpeculator:
 
     def draft_lengths(self, seqs: list[Sequence], num_prefill_tokens: int = 0) -> list[int]:
         self._planned = {}
+        for source in self._idle:
+            self._idle[source] += 1
         target, draft = self.target_cost.estimate(), self.draft_cost.estimate()
-        best_possible = max(
-            (self.acceptance[s].rate for s in (LOOKUP, DRAFT) if self._has(s)), default=0.0
-        )  # fmt: skip
+        sources = [s for s in (LOOKUP, DRAFT) if self._has(s)]
+        best_possible = max(self.acceptance[s].rate for s in sources)
         # Cheap test first: if drafting cannot pay even at the best source's rate, skip the lookups.
-        k_any, _ = choose_draft_length([best_possible] * len(seqs), target, self._draft_line(draft), self.k_max, num_prefill_tokens)
-        if k_any == 0:
-            return self._plain_or_probe(seqs)
+        k_any, _ = choose_draft_length(
+            [best_possible] * len(seqs), target, self._draft_line(draft), self.k_max, num_prefill_tokens
+        )
+        stale = [s for s in sources if self._idle[s] >= self.probe_every]
+        if k_any == 0 and not stale:
+            return [0] * len(seqs)
         lookups = [lookup(s.all_ids, self.k_max, self.n_max, 1) if self.use_lookup else [] for s in seqs]
-        plans = []
+        plans = {}
         if self.draft is not None:  # every row drafts with the model
-            plans.append(self._plan(seqs, [None] * len(seqs), target, draft, num_prefill_tokens))
+            plans[DRAFT] = self._plan(seqs, [None] * len(seqs), target, draft, num_prefill_tokens)
         if any(lookups):  # rows with a match use it, the others the draft model (or decode plainly)
-            plans.append(self._plan(seqs, lookups, target, draft, num_prefill_tokens))
-        if not plans:
-            return self._plain_or_probe(seqs)
-        lengths, sources, rate = max(plans, key=lambda plan: plan[2])
-        if not any(lengths):
-            return self._plain_or_probe(seqs)
-        self._plain_steps = 0
-        for seq, k, source, found in zip(seqs, lengths, sources, lookups, strict=True):
+            plans[LOOKUP] = self._plan(seqs, lookups, target, draft, num_prefill_tokens)
+        lengths, chosen = [0] * len(seqs), [DRAFT] * len(seqs)
+        if plans:
+            lengths, chosen, _ = max(plans.values(), key=lambda plan: plan[2])
+        probe = next((s for s in stale if s in plans), None)
+        if probe is not None:
+            # A source unused for probe_every steps drafts at least one token per row it serves:
+            # its acceptance (and for the draft model, its cost) is measured again.
+            lengths, chosen, _ = plans[probe]
+            lengths = [max(k, 1) if src == probe else k for k, src in zip(lengths, chosen, strict=True)]
+        for seq, k, source, found in zip(seqs, lengths, chosen, lookups, strict=True):
             if k:
                 self._planned[seq.request_id] = (source, found)
+                self._idle[source] = 0
         return lengths
 
     def _has(self, source: str) -> bool:
@@ -160,19 +169,6 @@ class AdaptiveSpeculator:
         for i, k in zip(drafting, row_draft_lengths(a_draft, k_d, rate, per_token), strict=True):
             lengths[i] = k
         return lengths, sources, rate
-
-    def _plain_or_probe(self, seqs: list[Sequence]) -> list[int]:
-        """Decode plainly; every probe_every plain steps draft one token per row to re-measure."""
-        self._plain_steps += 1
-        if self._plain_steps < self.probe_every:
-            return [0] * len(seqs)
-        self._plain_steps = 0
-        if self.draft is None:
-            found = [lookup(s.all_ids, 1, self.n_max, 1) for s in seqs]
-            self._planned = {s.request_id: (LOOKUP, f) for s, f in zip(seqs, found, strict=True) if f}
-            return [1 if f else 0 for f in found]
-        self._planned = {s.request_id: (DRAFT, []) for s in seqs}
-        return [1] * len(seqs)
 
     # -- proposing and learning -----------------------------------------------------------------
 

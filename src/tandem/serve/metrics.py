@@ -121,7 +121,12 @@ class _EngineCollector(Collector):
         s = stats or EngineStats(0, 0, 0, 0, 0, 0)
         yield family(GaugeMetricFamily, "num_requests_running", "Sequences in KV slots right now.", s.running)
         yield family(GaugeMetricFamily, "num_requests_waiting", "Sequences waiting for a KV slot.", s.waiting)
-        yield family(CounterMetricFamily, "prompt_tokens", "Prompt tokens (prefilled, or reused from the prefix cache).", s.prompt_tokens)
+        yield family(
+            CounterMetricFamily,
+            "prompt_tokens",
+            "Prompt tokens (prefilled, or reused from the prefix cache).",
+            s.prompt_tokens,
+        )
         yield family(CounterMetricFamily, "generation_tokens", "Generated tokens.", s.generation_tokens)
         yield family(
             CounterMetricFamily, "spec_decode_num_draft_tokens", "Tokens proposed by the speculator.", s.drafted_tokens

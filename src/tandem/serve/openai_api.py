@@ -71,7 +71,9 @@ async def _completion_events(gen: Generation, body: CompletionRequest, created: 
                     text = plan.prompt_texts[choice.prompt_index] + text
                     if choice.params.logprobs is not None:
                         prompt_ids = plan.prompts[choice.prompt_index]
-                        logprobs = R.echo_logprobs(prompt_ids, out.prompt_logprobs, out.logprobs or [], served.token_text)
+                        logprobs = R.echo_logprobs(
+                            prompt_ids, out.prompt_logprobs, out.logprobs or [], served.token_text
+                        )
                 elif choice.params.logprobs is not None:
                     logprobs = R.completion_logprobs(out.logprobs or [], served.token_text, offsets[choice.index])
                 if logprobs is not None:
