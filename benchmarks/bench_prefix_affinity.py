@@ -8,13 +8,13 @@ on) followed by a short request of its own. Configurations:
 - `prefix-affinity`: the router sends a system prompt to the same replica, whose prefix cache then
   holds it; each replica sees about half the prompts;
 - `least-outstanding`: any replica serves any prompt, so each replica's cache must hold all 8;
-- `prefix-affinity, no cache` (control): the same routing with `--no-enable-prefix-caching`.
+- `prefix-affinity (no cache)` (control): the same routing with `--no-enable-prefix-caching`.
 
 Rounds interleave the configurations (this machine is shared; its load drifts), and each
 configuration reports its median over rounds of TTFT p50 and output throughput, with the replicas'
 prefix-cache hit rates read from their /metrics. Writes benchmarks/results/prefix_affinity.json.
 
-    python benchmarks/bench_prefix_affinity.py [--rounds 2] [--requests 96] [--clients 8] [--max-num-seqs 4]
+    python benchmarks/bench_prefix_affinity.py [--rounds 3] [--requests 192] [--clients 8] [--max-num-seqs 8]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from load_test import free_port, one_request, summarize
 CONFIGS = {
     "prefix-affinity": ("prefix-affinity", True),
     "least-outstanding": ("least-outstanding", True),
-    "prefix-affinity, no cache": ("prefix-affinity", False),
+    "prefix-affinity (no cache)": ("prefix-affinity", False),
 }
 
 
@@ -157,6 +157,7 @@ def run_once(name: str, args: argparse.Namespace, prompts: list[str]) -> dict:
     queries, hits = sum(q for q, _ in counters), sum(h for _, h in counters)
     summary["prefix_cache_hit_rate"] = hits / queries if queries else 0.0
     summary["replica_hit_rates"] = [h / q if q else 0.0 for q, h in counters]
+    summary["replica_prompt_tokens"] = [q for q, _ in counters]  # how the router split the load
     s = summary
     print(
         f"  {name}: {s['succeeded']}/{s['requests']} ok, TTFT p50 {s['ttft_s']['p50'] * 1e3:.0f} ms, "
@@ -172,17 +173,18 @@ def load_average() -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--requests", type=int, default=96, help="requests per run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=192, help="requests per run")
     parser.add_argument("--clients", type=int, default=8, help="closed-loop clients (concurrent requests)")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--system-tokens", type=int, default=400)
-    parser.add_argument("--max-num-seqs", type=int, default=4, help="KV slots per replica (the cache lives in them)")
+    parser.add_argument("--max-num-seqs", type=int, default=8, help="KV slots per replica (the cache lives in them)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per replica")
     parser.add_argument("--recipe", default="int8+kv-bf16+ngram")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
+    parser.add_argument("--configs", default=";".join(CONFIGS), help="';'-separated subset of: " + "; ".join(CONFIGS))
+    parser.add_argument("--name", default="prefix_affinity", help="results/NAME.json")
     args = parser.parse_args()
-    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    names = [n.strip() for n in args.configs.split(";") if n.strip()]
     if unknown := [n for n in names if n not in CONFIGS]:
         parser.error(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
     system = system_prompts(8, args.system_tokens)
@@ -210,7 +212,7 @@ def main() -> None:
             f"{r['output_tokens_per_s']:.0f} output tok/s, hit rate {r['prefix_cache_hit_rate']:.0%}"
         )
     path = record(
-        "prefix_affinity",
+        args.name,
         {
             "workload": {
                 "system_prompts": 8, "system_tokens": args.system_tokens, "requests": args.requests,

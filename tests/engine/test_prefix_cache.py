@@ -84,6 +84,22 @@ def test_misses_evict_the_least_recently_used_free_slot():
     assert cache.admit(b).num_tokens == 0  # b did not
 
 
+def test_a_miss_takes_a_free_slot_whose_reused_blocks_are_held_elsewhere_before_the_lru_one():
+    cache = PrefixCache(num_slots=3, block_size=B)
+    popular, system = list(range(100, 109)), list(range(200, 209))
+    old = run(cache, popular)  # free, least recently used
+    run(cache, popular)  # a hit: the popular prompt's blocks count as reused
+    first = cache.admit([*system, 1])
+    cache.commit(first.slot, 10, [*system, 1])
+    second = cache.admit([*system, 2])  # copied from the first: both hold the system prompt
+    assert second.copy_from == first.slot
+    cache.commit(second.slot, 10, [*system, 2])
+    cache.release(second.slot)  # free, and its reused blocks are still held by the running first
+    victim = cache.admit(list(range(300, 309)))  # a miss
+    assert victim.slot == second.slot != old.slot  # not the LRU slot: that one holds the only popular copy
+    assert cache.admit(popular).num_tokens == 8
+
+
 def test_a_hash_collision_never_serves_another_prompts_keys(monkeypatch):
     monkeypatch.setattr(pc, "hash_block", lambda parent, tokens: 42)  # every block collides
     cache = PrefixCache(num_slots=2, block_size=B)

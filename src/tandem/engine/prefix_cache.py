@@ -19,8 +19,11 @@ tables would need a new kernel. So:
   (zero copy: the sequence continues from the cached prefix in place) or, when only running slots
   hold them, gets its prefix copied slot to slot (`StepPlan.copies`: a memcpy at memory bandwidth,
   against recomputing the prefill through every layer);
-- eviction is least recently used, by slot: a request with no hit (or one copying its prefix) takes
-  the free slot used longest ago, and everything that slot held past the reused prefix is dropped.
+- eviction is by slot: a request with no hit (or one copying its prefix) takes the least recently
+  used free slot that holds no block of its own that was ever reused (its system prompt is also in
+  other slots, since sequences sharing a prompt each hold a copy; its tail and output were never
+  asked for again), else the least recently used free slot; what the slot held past the reused
+  prefix is dropped.
 
 The prompt's last token is always recomputed (its logits sample the first output token), so a hit
 covers at most len(prompt) - 1 tokens and may end inside a block: slots are addressed per token, so a
@@ -75,6 +78,7 @@ class PrefixCache:
         self.enabled = enabled
         self._slots = [_SlotBlocks() for _ in range(num_slots)]
         self._where: dict[int, set[int]] = {}  # block hash -> slots holding that block (at its position)
+        self._reused: set[int] = set()  # cached blocks that served a hit at least once
         # Free slots, least recently used first; never-used slots come first, lowest number first.
         self._free: OrderedDict[int, None] = OrderedDict((s, None) for s in range(num_slots))
         self.num_queried_tokens = 0
@@ -115,13 +119,15 @@ class PrefixCache:
         if source is not None and source in self._free:
             slot, copy_from = source, None  # adopt the free slot that holds the prefix: nothing to copy
         elif self.enabled:
-            slot, copy_from = next(iter(self._free)), source  # evict the least recently used free slot
+            slot, copy_from = self._victim(), source
         else:
             slot, copy_from = min(self._free), None  # the lowest slot keeps the torch path's ranges compact
         del self._free[slot]
         # Only blocks whose every position holds valid keys stay registered: a copy covers num_tokens,
         # and a later admission in the same step may copy from this slot before the forward runs.
         blocks = num_tokens // self.block_size
+        if source is not None:
+            self._reused.update(self._slots[source].hashes[:blocks])
         if copy_from is None:
             self._truncate(slot, blocks)
         else:
@@ -177,6 +183,16 @@ class PrefixCache:
         free = [s for s in confirmed if s in self._free]
         return size, (free[0] if free else min(confirmed))
 
+    def _victim(self) -> int:
+        """The free slot to take over. First the least recently used one that holds no reused block
+        of its own: its reused blocks (a system prompt) are also in other slots (sequences sharing a
+        prompt each hold a copy), and the rest (a request's own tail, its output) were never asked for
+        again. Otherwise the least recently used. Free slots are in LRU order."""
+        for slot in self._free:
+            if not any(len(self._where[h]) == 1 and h in self._reused for h in self._slots[slot].hashes):
+                return slot
+        return next(iter(self._free))
+
     def _truncate(self, slot: int, blocks: int) -> None:
         held = self._slots[slot]
         self.num_evicted_blocks += max(0, len(held.hashes) - blocks)
@@ -186,5 +202,6 @@ class PrefixCache:
                 slots.discard(slot)
                 if not slots:
                     del self._where[h]
+                    self._reused.discard(h)
         del held.hashes[blocks:]
         del held.tokens[blocks * self.block_size :]

@@ -151,12 +151,13 @@ class AdaptiveSpeculator:
         a_draft = [self._rate(seqs[i], DRAFT) for i in drafting]
         plain_rows = len(seqs) - len(matched) - len(drafting)
         best = (0, 0, len(seqs) / target(other + len(seqs)))
+        draft_tokens = [sum(expected_tokens(a, k) for a in a_draft) for k in range(self.k_max + 1 if drafting else 1)]
         for k_l in range(self.k_max + 1 if matched else 1):
             caps = [min(k_l, len(lookups[i])) for i in matched]
             tokens_l = sum(expected_tokens(a, c) for a, c in zip(a_lookup, caps, strict=True))
             verified_l = sum(caps) + len(matched)
-            for k_d in range(self.k_max + 1 if drafting else 1):
-                tokens = tokens_l + sum(expected_tokens(a, k_d) for a in a_draft) + plain_rows
+            for k_d, tokens_d in enumerate(draft_tokens):
+                tokens = tokens_l + tokens_d + plain_rows
                 seconds = target(other + verified_l + len(drafting) * (k_d + 1) + plain_rows)
                 seconds += k_d * draft(len(drafting)) if k_d else 0.0
                 if tokens / seconds > best[2]:
