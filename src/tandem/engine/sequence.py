@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-
 from typing import Protocol
 
 from tandem.engine.outputs import RequestMetrics, RequestOutput, TokenLogprob
