@@ -7,6 +7,7 @@ Engine runs.
 
 from tandem.optimize import registry
 from tandem.optimize.adaptive import AdaptiveNgram, AdaptiveSpeculative
+from tandem.optimize.int4 import Int4
 from tandem.optimize.int8 import Int8
 from tandem.optimize.kv_cache import KvBFloat16
 from tandem.optimize.ngram import Ngram
@@ -17,8 +18,10 @@ from tandem.optimize.registry import (
     describe,
     get,
     names,
+    parameters,
     parse_recipe,
     register,
+    validate_recipe,
     versions,
 )
 from tandem.optimize.speculative import Speculative
@@ -29,15 +32,18 @@ __all__ = [
     "describe",
     "get",
     "names",
+    "parameters",
     "parse_recipe",
     "register",
     "registry",
+    "validate_recipe",
     "versions",
 ]
 
 register("baseline", Baseline())
 register("bf16", BFloat16())
 register("int8", Int8())
+register("int4", Int4())
 register("kv-bf16", KvBFloat16())
 register("speculative", Speculative())
 register("ngram", Ngram())

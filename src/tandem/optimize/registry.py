@@ -14,6 +14,8 @@ default=True), and `name@version` picks one, e.g. "int8+speculative@2.0(k_max=8)
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +32,10 @@ __all__ = [
     "names",
     "versions",
     "describe",
+    "parameters",
+    "OptimizerParam",
     "parse_recipe",
+    "validate_recipe",
     "apply_recipe",
     "ENTRY_POINT_GROUP",
 ]
@@ -54,10 +59,27 @@ class RecipeStep:
         return f"{self.name}({', '.join(f'{k}={v}' for k, v in self.params)})"
 
 
+@dataclass(frozen=True)
+class OptimizerParam:
+    """One parameter a recipe step may set: `speculative(k=4)`."""
+
+    name: str
+    type: str
+    default: Any
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.type} = {self.default!r}"
+
+
+# Every optimizer declares these; they are not recipe parameters.
+_IDENTITY_FIELDS = frozenset({"name", "version", "description"})
+
 # name -> version -> factory(**params) -> optimizer ("" when a factory does not say its version). An
 # instance registered directly takes no parameters unless it defines `with_params(**params)`.
 _factories: dict[str, dict[str, Factory]] = {}
 _defaults: dict[str, str] = {}  # name -> the version a bare name means
+# (name, version) -> what was registered (an instance or a factory), for `parameters`
+_registered: dict[tuple[str, str], Any] = {}
 _entry_points_loaded = False
 _VERSION = re.compile(r"[0-9][0-9a-z.\-]*")
 
@@ -83,11 +105,14 @@ def register(
         raise RecipeError(f"an optimizer named {name!r} is already registered")
     if replace and clash:
         versions = {}  # a replacement takes the name over: no stale versions beside it
+        for key in [k for k in _registered if k[0] == name]:
+            del _registered[key]
     _factories[name] = versions
     if default or name not in _defaults or not versions:
         _defaults[name] = version
     # A class is a factory (its fields are the recipe's parameters), even though its class attributes
     # would satisfy the protocol's structural check.
+    _registered[(name, version)] = optimizer
     if isinstance(optimizer, InferenceOptimizer) and not isinstance(optimizer, type):
         instance = optimizer
 
@@ -139,37 +164,104 @@ def versions(name: str) -> list[str]:
     return sorted(_factories[name], key=lambda v: (v != _defaults[name], v))
 
 
-def _factory(name: str) -> Factory:
-    """The factory for "name" (its default version) or "name@version"."""
+def _resolve(name: str) -> tuple[str, str]:
+    """("speculative", "2.0") for "speculative@2.0"; a bare name means its default version."""
     base, _, version = name.partition("@")
     known = versions(base)
     version = version if "@" in name else _defaults[base]
     if version not in known:
         listed = ", ".join(f"{base}@{v}" for v in known if v)
         raise RecipeError(f"optimizer {base!r} has no version {version!r}; registered: {listed}")
+    return base, version
+
+
+def _factory(name: str) -> Factory:
+    """The factory for "name" (its default version) or "name@version"."""
+    base, version = _resolve(name)
     return _factories[base][version]
 
 
 def get(name: str, **params: Any) -> InferenceOptimizer:
     """An optimizer by name ("speculative") or name and version ("speculative@2.0")."""
     factory = _factory(name)
+    known = parameters(name) if params else []
+    unknown = sorted(set(params) - {p.name for p in known})
+    if known and unknown:  # say what it takes rather than the dataclass's TypeError
+        takes = ", ".join(str(p) for p in known)
+        raise RecipeError(f"optimizer {name!r} has no parameter {', '.join(map(repr, unknown))}; it takes {takes}")
+    for param in known:
+        if param.name in params and not _fits(params[param.name], param.type):
+            raise RecipeError(
+                f"optimizer {name!r}: parameter {param.name!r} must be {param.type}, got {params[param.name]!r}"
+            )
     try:
         return factory(**params)
     except TypeError as exc:
         raise RecipeError(f"bad parameter for optimizer {name!r}: {exc}") from None
+    except ValueError as exc:  # an optimizer's own range check (k must be in [1, 16], ...)
+        raise RecipeError(str(exc)) from None
 
 
-def describe() -> list[tuple[str, str, str]]:
-    """(name, version, one-line description) of every optimizer version with default parameters;
-    a name's default version comes first."""
+_SIMPLE_TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str, "None": type(None)}
+
+
+def _fits(value: Any, type_name: str) -> bool:
+    """Whether a recipe value fits a declared type like "int", "float" or "str | None" (others: not checked)."""
+    allowed = [_SIMPLE_TYPES.get(part.strip()) for part in type_name.split("|")]
+    if any(t is None for t in allowed):
+        return True
+    if isinstance(value, bool) and bool not in allowed:  # bool is an int subclass; k=true is still wrong
+        return False
+    return isinstance(value, tuple(t for group in allowed for t in (group if isinstance(group, tuple) else (group,))))
+
+
+def _type_name(annotation: Any) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
+    return text.replace("typing.", "")
+
+
+def parameters(name: str) -> list[OptimizerParam]:
+    """The recipe parameters of optimizer `name` (or `name@version`) with their types and defaults
+    ([] if it takes none).
+
+    Read from the optimizer's dataclass fields (the built-ins' and most plug-ins' shape), else from
+    a factory's keyword arguments.
+    """
+    source = _registered.get(_resolve(name))  # absent for a plug-in that failed to load
+    if source is None:
+        return []
+    if dataclasses.is_dataclass(source):
+        if not isinstance(source, type) and not hasattr(source, "with_params"):
+            return []  # an instance without with_params takes no parameters
+        return [
+            OptimizerParam(f.name, _type_name(f.type), f.default)
+            for f in dataclasses.fields(source)
+            if f.init and f.name not in _IDENTITY_FIELDS and f.default is not dataclasses.MISSING
+        ]
+    try:
+        signature = inspect.signature(source)
+    except (TypeError, ValueError):
+        return []
+    return [
+        OptimizerParam(p.name, _type_name(p.annotation) if p.annotation is not p.empty else "any", p.default)
+        for p in signature.parameters.values()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is not p.empty
+    ]
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """(name, version, one-line description, parameters) of every optimizer version with default
+    parameters; a name's default version comes first."""
     rows = []
     for name in names():
         for version in versions(name):
+            spec = f"{name}@{version}" if version else name
             try:
-                opt = get(f"{name}@{version}" if version else name)
-                rows.append((name, opt.version, opt.description))
+                opt = get(spec)
+                params = ", ".join(str(p) for p in parameters(spec))
+                rows.append((name, opt.version, opt.description, params))
             except RecipeError as exc:
-                rows.append((name, version or "?", str(exc)))
+                rows.append((name, version or "?", str(exc), ""))
     return rows
 
 
@@ -221,6 +313,18 @@ def parse_recipe(recipe: str) -> list[RecipeStep]:
         _factory(name)  # an unknown version is an error here too, before anything loads
         parsed.append(RecipeStep(name, params))
     return parsed
+
+
+def validate_recipe(recipe: str) -> list[RecipeStep]:
+    """Parse `recipe` and build each step's optimizer (no model needed), so an unknown optimizer or
+    parameter, or a value out of range, is a RecipeError before anything loads."""
+    steps = parse_recipe(recipe)
+    for step in steps:
+        try:
+            get(step.name, **dict(step.params))
+        except RecipeError as exc:
+            raise RecipeError(f"recipe {recipe!r}: {exc}") from None
+    return steps
 
 
 def apply_recipe(model: Any, recipe: str) -> OptimizedModel:
