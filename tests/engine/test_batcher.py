@@ -1,6 +1,6 @@
 """Batcher: FCFS admission into KV slots, chunked prefill under a budget, slots freed at once."""
 
-from tandem.engine.batcher import Batcher
+from tandem.engine.batcher import Batcher, KVCopy
 from tandem.engine.outputs import RequestMetrics
 from tandem.engine.sampling_params import SamplingParams
 from tandem.engine.sequence import Sequence
@@ -89,3 +89,26 @@ def test_lowest_free_slot_is_reused_first_to_keep_the_batch_compact():
     b.add(late)
     b.schedule()
     assert late.slot == 0
+
+
+def test_a_cached_prefix_skips_prefill_and_a_running_ones_is_copied_in_the_plan():
+    b = Batcher(num_slots=3, max_prefill_tokens=100, prefix_caching=True, block_size=4)
+    first = seq("first", prompt_len=10)
+    b.add(first)
+    b.schedule()
+    first.num_computed = 10  # the engine ran the whole prompt and sampled a token
+    first.append(7)
+    second = seq("second", prompt_len=10)  # the same prompt, while the first still runs
+    b.add(second)
+    plan = b.schedule()
+    assert plan.copies == [KVCopy(first.slot, second.slot, 8)] and second.slot != first.slot
+    assert second.num_computed == second.num_cached_tokens == 8
+    assert [(s.request_id, n) for s, n in plan.prefill] == [("second", 2)] and plan.decode == [first]
+    first_slot = first.slot
+    first.finish("stop")
+    b.release_finished()
+    third = seq("third", prompt_len=10)
+    b.add(third)
+    plan = b.schedule()
+    assert third.slot == first_slot and not plan.copies  # adopted in place: nothing to copy
+    assert b.prefix_cache.num_hit_tokens == 16

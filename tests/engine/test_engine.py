@@ -1,6 +1,7 @@
 """Engine: continuous batching gives each request exactly the tokens it gets alone; stop rules; limits."""
 
 import pytest
+from staggered import run_staggered
 
 from tandem.engine import Engine, EngineConfig, PromptTooLongError, RequestError, SamplingParams
 from tandem.model import load_model
@@ -28,17 +29,7 @@ def test_staggered_requests_get_exactly_their_solo_greedy_tokens(model):
     params = [SamplingParams.greedy_params(8 + 5 * i, ignore_eos=True) for i in range(len(PROMPTS))]
     expected = [alone(model, p, sp) for p, sp in zip(PROMPTS, params, strict=True)]
     engine = make_engine(model, max_prefill_tokens=24)  # chunked prefill mixes with decode steps
-    final, submitted, step = {}, 0, 0
-    while len(final) < len(PROMPTS):
-        # Submit a new request every other step while others are mid-flight.
-        if submitted < len(PROMPTS) and step % 2 == 0:
-            engine.add_request(PROMPTS[submitted], params[submitted], request_id=str(submitted))
-            submitted += 1
-        for out in engine.step():
-            if out.finished:
-                final[int(out.request_id)] = out.token_ids
-        step += 1
-    assert [final[i] for i in range(len(PROMPTS))] == expected
+    assert [o.token_ids for o in run_staggered(engine, PROMPTS, params)] == expected
     assert [len(t) for t in expected] == [8 + 5 * i for i in range(len(PROMPTS))]
 
 
@@ -159,3 +150,63 @@ def test_engine_counts_tokens(model):
     engine.generate([PROMPTS[0], PROMPTS[1]], SamplingParams.greedy_params(5, ignore_eos=True))
     assert engine.num_prompt_tokens == len(PROMPTS[0]) + len(PROMPTS[1])
     assert engine.num_generated_tokens == 10
+
+
+# -- prompt logprobs (teacher-forced scoring: echo + logprobs in the completions API) ----------------
+
+
+def hf_prompt_logprobs(model_dir, ids):
+    import torch
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
+
+
+def test_prompt_logprobs_equal_log_softmax_of_the_models_own_logits(model, tiny_llama_dir):
+    import torch
+
+    ids = PROMPTS[4]  # 64 tokens: three chunks under a 24-token prefill budget
+    engine = make_engine(model, max_prefill_tokens=24)
+    out = engine.generate([ids], SamplingParams.greedy_params(3, prompt_logprobs=4, ignore_eos=True))[0]
+    reference = hf_prompt_logprobs(tiny_llama_dir, ids)
+    entries = out.prompt_logprobs
+    assert len(entries) == len(ids) and entries[0] is None
+    for pos, entry in enumerate(entries[1:], start=1):
+        assert entry.token_id == ids[pos]
+        assert entry.logprob == pytest.approx(float(reference[pos - 1, ids[pos]]), abs=1e-4)
+        top = torch.topk(reference[pos - 1], 4)
+        assert list(entry.top) == top.indices.tolist()
+        assert list(entry.top.values()) == pytest.approx(top.values.tolist(), abs=1e-4)
+
+
+def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(model):
+    engine = make_engine(model)
+    engine.add_request(PROMPTS[1], SamplingParams(max_tokens=0, prompt_logprobs=0), "score")
+    outs = []
+    while engine.has_unfinished():
+        outs += engine.step()
+    (out,) = outs
+    assert out.finished and out.finish_reason == "length" and out.token_ids == [] and out.text == ""
+    assert len(out.prompt_logprobs) == len(PROMPTS[1]) and out.prompt_logprobs[1].top == {}
+    assert engine.num_generated_tokens == 0 and engine.batcher.num_free_slots == engine.batcher.num_slots
+
+
+def test_prompt_logprobs_are_delivered_once_and_skip_the_prefix_cache(model):
+    engine = make_engine(model, prefix_block_size=8)
+    plain = SamplingParams.greedy_params(4, ignore_eos=True)
+    engine.generate([PROMPTS[4]], plain)  # now the prompt's blocks are cached
+    queried = engine.prefix_cache_queries
+    scored = SamplingParams.greedy_params(4, prompt_logprobs=1, ignore_eos=True)
+    engine.add_request(PROMPTS[4], scored, "scored")
+    outs = []
+    while engine.has_unfinished():
+        outs += engine.step()
+    assert outs[0].num_cached_tokens == 0 and engine.prefix_cache_queries == queried  # computed in full
+    assert len(outs[0].prompt_logprobs) == len(PROMPTS[4]) and all(o.prompt_logprobs is None for o in outs[1:])
+    fresh = make_engine(model).generate([PROMPTS[4]], scored)[0]
+    assert [e.logprob for e in outs[0].prompt_logprobs[1:]] == pytest.approx(
+        [e.logprob for e in fresh.prompt_logprobs[1:]], abs=1e-5
+    )
+    assert engine.generate([PROMPTS[4]], plain)[0].num_cached_tokens == 63  # others still hit (all but the last)

@@ -39,7 +39,8 @@ def test_sampling_frequencies_follow_the_distribution():
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        (dict(max_tokens=0), "max_tokens"),
+        (dict(max_tokens=-1), "max_tokens"),
+        (dict(prompt_logprobs=21), "prompt_logprobs"),
         (dict(temperature=-1), "temperature"),
         (dict(top_p=0), "top_p"),
         (dict(top_k=-1), "top_k"),

@@ -111,3 +111,40 @@ def test_register_and_compose_in_order():
 def test_register_rejects_bad_names():
     with pytest.raises(RecipeError, match="must be lowercase"):
         register("Bad Name", Tagger())
+
+
+def test_a_name_keeps_several_versions_and_a_bare_name_means_the_default():
+    from tandem.optimize import versions
+
+    assert versions("speculative") == ["1.0", "2.0"] and versions("ngram") == ["1.0", "2.0"]
+    assert get("speculative").version == "1.0"  # a new version never changes what a bare name means
+    assert get("speculative@2.0").version == "2.0" and get("speculative@1.0", k=2).k == 2
+    assert {(n, v) for n, v, _ in describe()} >= {("speculative", "1.0"), ("speculative", "2.0")}
+    steps = parse_recipe("int8+speculative@2.0(k_max=6)")
+    assert steps[1] == RecipeStep("speculative@2.0", (("k_max", 6),))
+    assert str(steps[1]) == "speculative@2.0(k_max=6)"
+    with pytest.raises(
+        RecipeError, match=r"'speculative' has no version '9.9'; registered: speculative@1.0, speculative@2.0"
+    ):
+        parse_recipe("speculative@9.9")
+    with pytest.raises(RecipeError, match="bad parameter for optimizer 'ngram@2.0'"):
+        get("ngram@2.0", k=3)  # version 2 has k_max, not k
+
+
+def test_registering_a_new_version_beside_the_first():
+    @dataclass(frozen=True)
+    class Stamp:
+        name: str = "stamp"
+        version: str = "1.0"
+        description: str = "test"
+
+        def optimize(self, model):
+            return model.with_changes(notes=(*model.notes, self.version))
+
+    register("stamp", Stamp(), replace=True)
+    register("stamp", Stamp(version="2.0"))
+    assert apply_recipe(object(), "stamp+stamp@2.0").applied == (("stamp", "1.0"), ("stamp", "2.0"))
+    with pytest.raises(RecipeError, match="already registered"):
+        register("stamp", Stamp(version="2.0"))
+    register("stamp", Stamp(version="3.0"), default=True)
+    assert get("stamp").version == "3.0"

@@ -53,7 +53,8 @@ BAD_COMPLETIONS = [
     ({**COMPLETION, "prompt": "x " * CONTEXT}, 400, "prompt", "context_length_exceeded"),
     ({**COMPLETION, "max_tokens": CONTEXT}, 400, "max_tokens", "context_length_exceeded"),
     ({**COMPLETION, "frequency_penalty": 0.5}, 400, "frequency_penalty", "unsupported_parameter"),
-    ({**COMPLETION, "echo": True}, 400, "echo", "unsupported_parameter"),
+    ({**COMPLETION, "max_tokens": -1}, 400, "max_tokens", None),
+    ({**COMPLETION, "echo": True, "suffix": "x"}, 400, "suffix", "unsupported_parameter"),
     ({**COMPLETION, "stream_options": {"include_usage": True}}, 400, "stream_options", None),
 ]
 

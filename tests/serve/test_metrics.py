@@ -22,6 +22,8 @@ EXPECTED = [
     "tandem:request_success_total",
     "tandem:spec_decode_num_draft_tokens_total",
     "tandem:spec_decode_num_accepted_tokens_total",
+    "tandem:prefix_cache_queries_total",
+    "tandem:prefix_cache_hits_total",
 ]
 
 
@@ -47,6 +49,23 @@ def test_counters_and_histograms_follow_a_request(server):
     assert delta("tandem:inter_token_latency_seconds_count") == 6  # 7 tokens, one step each: 6 gaps
     assert delta("tandem:e2e_request_latency_seconds_count") == 1
     assert value(after, "tandem:num_requests_running", **LABELS) == 0
+
+
+def test_prefix_cache_counters_count_tokens_as_vllm_does(server):
+    prompt = "def sum_of_squares(values):\n    total = 0\n    for value in values:\n        total += value * value\n"
+    body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2, "temperature": 0}
+    before = scrape(server.url)
+    first = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()["usage"]["prompt_tokens"]
+    httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+    after = scrape(server.url)
+
+    def delta(name: str) -> float:
+        return value(after, name, **LABELS) - value(before, name, **LABELS)
+
+    assert first > 32 and delta("tandem:prefix_cache_queries_total") == 2 * first
+    assert delta("tandem:prompt_tokens_total") == 2 * first  # cached tokens count as prompt tokens too
+    # The second request reused the first one's full 16-token blocks (never its last token).
+    assert delta("tandem:prefix_cache_hits_total") == min(first - 1, (first // 16) * 16)
 
 
 def test_sequence_timer_observes_ttft_gaps_and_end_once():

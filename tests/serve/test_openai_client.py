@@ -144,3 +144,67 @@ def test_concurrent_greedy_requests_return_what_each_returns_alone(server):
 
     alone, together = asyncio.run(main())
     assert together == alone
+
+
+# -- echo: teacher-forced scoring of a text (the validation gate's accuracy check) --------------------
+
+SCORED = "def add(a, b):\n    return a + b\n"
+
+
+def transformers_logprobs(model_dir, ids):
+    import torch
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
+
+
+def test_echo_with_max_tokens_zero_scores_every_prompt_token(client, tokenizer, serve_model_dir):
+    out = client.completions.create(model=MODEL_NAME, prompt=SCORED, max_tokens=0, echo=True, logprobs=2)
+    (choice,) = out.choices
+    ids = tokenizer.encode(SCORED)
+    assert choice.text == SCORED and choice.finish_reason == "length"
+    assert out.usage.prompt_tokens == len(ids) and out.usage.completion_tokens == 0
+    lp = choice.logprobs
+    assert lp.tokens == [tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None  # nothing predicts the first token
+    reference = transformers_logprobs(serve_model_dir, ids)
+    expected = [float(reference[i - 1, ids[i]]) for i in range(1, len(ids))]
+    assert lp.token_logprobs[1:] == pytest.approx(expected, abs=1e-4)
+    for i, top in enumerate(lp.top_logprobs[1:], start=1):
+        assert len(top) <= 2 and max(top.values()) == pytest.approx(float(reference[i - 1].max()), abs=1e-4)
+    offsets = [sum(len(t) for t in lp.tokens[:i]) for i in range(len(ids))]
+    assert lp.text_offset == offsets
+
+
+def test_echo_with_a_completion_returns_the_prompt_then_the_completion(client, tokenizer):
+    args = dict(model=MODEL_NAME, prompt="class Point:", max_tokens=6, logprobs=1, **GREEDY)
+    plain = client.completions.create(**args).choices[0]
+    echoed = client.completions.create(echo=True, **args).choices[0]
+    prompt_ids = tokenizer.encode("class Point:")
+    assert echoed.text == "class Point:" + plain.text
+    lp = echoed.logprobs
+    assert len(lp.tokens) == len(prompt_ids) + 6 and lp.token_logprobs[0] is None
+    assert lp.tokens[len(prompt_ids) :] == plain.logprobs.tokens
+    assert lp.token_logprobs[len(prompt_ids) :] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-5)
+    assert lp.text_offset[len(prompt_ids)] == sum(len(t) for t in lp.tokens[: len(prompt_ids)])
+    # Streamed, the first chunk echoes the prompt (with its logprobs); the text and tokens add up.
+    chunks = list(client.completions.create(echo=True, stream=True, **args))
+    assert chunks[0].choices[0].text.startswith("class Point:")
+    assert "".join(c.choices[0].text for c in chunks) == echoed.text
+    streamed = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    assert streamed == lp.tokens
+    offsets = [o for c in chunks if c.choices[0].logprobs for o in c.choices[0].logprobs.text_offset]
+    assert offsets == lp.text_offset
+
+
+def test_echo_of_a_token_id_prompt_and_without_logprobs(client, tokenizer):
+    ids = tokenizer.encode("import os")
+    out = client.completions.create(model=MODEL_NAME, prompt=ids, max_tokens=0, echo=True)
+    assert out.choices[0].text == tokenizer.decode(ids) and out.choices[0].logprobs is None
+    # The prompt was computed (and cached) by the requests above: a repeated scoring request must
+    # still compute every position, so its logprobs match a fresh one's.
+    first = client.completions.create(model=MODEL_NAME, prompt=SCORED, max_tokens=0, echo=True, logprobs=0)
+    again = client.completions.create(model=MODEL_NAME, prompt=SCORED, max_tokens=0, echo=True, logprobs=0)
+    assert again.choices[0].logprobs.token_logprobs == first.choices[0].logprobs.token_logprobs

@@ -17,6 +17,14 @@ def test_completion_logprobs_offsets_and_colliding_texts():
     assert out["top_logprobs"] == [{"bc": -0.5, "a": -0.7}, {}]
 
 
+def test_echo_logprobs_start_with_the_prompt_whose_first_token_has_none():
+    prompt = [None, TokenLogprob(1, -2.0, {3: -0.2})]
+    out = R.echo_logprobs([2, 1], prompt, [TokenLogprob(4, -0.1, {4: -0.1})], TEXT)
+    assert out["tokens"] == ["bc", "a", "d"] and out["text_offset"] == [0, 2, 3]
+    assert out["token_logprobs"] == [None, -2.0, -0.1]
+    assert out["top_logprobs"] == [None, {"a": -0.2}, {"d": -0.1}]
+
+
 def test_chat_logprobs_rank_alternatives_and_carry_bytes():
     (item,) = R.chat_logprobs([TokenLogprob(1, -0.2, {4: -2.0, 1: -0.2})], TEXT)["content"]
     assert item["token"] == "a" and item["bytes"] == [97] and item["logprob"] == -0.2

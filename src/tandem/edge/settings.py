@@ -78,6 +78,7 @@ class Settings(BaseModel):
     kv_cache_tokens: int = Field(32768, ge=2)
     max_num_seqs: int = Field(64, ge=1)
     max_prefill_tokens: int = Field(512, ge=1)
+    enable_prefix_caching: bool = True  # reuse the KV of identical prompt prefixes
     threads: int | None = Field(None, ge=1)
 
     # Admission and limits.

@@ -4,23 +4,37 @@ Each step, waiting requests are admitted in arrival order while a slot is free (
 served: a request never overtakes an earlier one), prompts are prefilled in chunks under a token
 budget, and every sequence past prefill decodes one token. A finished or aborted sequence gives its
 slot back at once, so the next step can admit a waiting request.
+
+Admission goes through the PrefixCache (tandem.engine.prefix_cache): a prompt that starts with
+blocks some slot already holds skips them, either continuing in that (free) slot or getting them
+copied from a running one; the copies are part of the plan, for the engine to run before the forward.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
+from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.sequence import Sequence, SequenceStatus
 
-__all__ = ["Batcher", "StepPlan"]
+__all__ = ["Batcher", "KVCopy", "StepPlan"]
+
+
+@dataclass(frozen=True)
+class KVCopy:
+    """Copy the keys and values of positions [0, num_tokens) from one slot to another."""
+
+    src_slot: int
+    dst_slot: int
+    num_tokens: int
 
 
 @dataclass
 class StepPlan:
     prefill: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
     decode: list[Sequence] = field(default_factory=list)
+    copies: list[KVCopy] = field(default_factory=list)  # cached prefixes to copy first, in this order
 
     @property
     def empty(self) -> bool:
@@ -28,29 +42,41 @@ class StepPlan:
 
 
 class Batcher:
-    def __init__(self, num_slots: int, max_prefill_tokens: int) -> None:
+    def __init__(
+        self,
+        num_slots: int,
+        max_prefill_tokens: int,
+        prefix_caching: bool = False,
+        block_size: int = 16,
+    ) -> None:
         if num_slots < 1:
             raise ValueError("the KV budget must hold at least one sequence of max_model_len tokens")
         self.num_slots = num_slots
         self.max_prefill_tokens = max_prefill_tokens
-        self._free = list(range(num_slots))  # a heap: the lowest slot first keeps the batch compact
+        self.prefix_cache = PrefixCache(num_slots, block_size, enabled=prefix_caching)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
     @property
     def num_free_slots(self) -> int:
-        return len(self._free)
+        return self.prefix_cache.num_free_slots
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
+        cache = self.prefix_cache
+        for seq in self.running:  # blocks the last step completed become reusable
+            cache.commit(seq.slot, seq.num_computed, seq.prompt_ids, seq.output_ids)
         # Sequences already decoding before this step's admissions decode this step.
         plan.decode = [s for s in self.running if not s.in_prefill]
-        while self.waiting and self._free:
+        while self.waiting and cache.num_free_slots:
             seq = self.waiting.popleft()
-            seq.slot = heapq.heappop(self._free)
+            hit = cache.admit(seq.prompt_ids, use_cache=seq.params.prompt_logprobs is None)
+            seq.slot, seq.num_computed, seq.num_cached_tokens = hit.slot, hit.num_tokens, hit.num_tokens
+            if hit.copy_from is not None:
+                plan.copies.append(KVCopy(hit.copy_from, hit.slot, hit.num_tokens))
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
         budget = self.max_prefill_tokens
@@ -88,7 +114,9 @@ class Batcher:
 
     def _release(self, seq: Sequence) -> None:
         if seq.slot is not None:
-            heapq.heappush(self._free, seq.slot)
+            # What the slot holds stays cached (unpinned) until the slot is taken again.
+            self.prefix_cache.commit(seq.slot, seq.num_computed, seq.prompt_ids, seq.output_ids)
+            self.prefix_cache.release(seq.slot)
             seq.slot = None
 
     def has_unfinished(self) -> bool:

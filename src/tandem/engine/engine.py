@@ -1,9 +1,14 @@
 """Engine: one replica's synchronous core: add_request, step, abort.
 
-Each step() asks the Batcher for a plan, asks the speculator (if any, and the decode batch is small
-enough) for draft tokens, runs the prompt chunks, the decode rows and the rows verifying proposals
-through the ModelRunner in one ragged forward, samples or verifies, applies stop rules, and frees
-finished sequences' KV slots.
+A step has three phases, as nano-vllm's engine reads:
+
+1. schedule: the Batcher (no torch) admits waiting requests into KV slots (through the prefix
+   cache), picks this step's prompt chunks and decoding rows, and the speculator (if any) drafts
+   tokens for the decoding rows it chooses;
+2. run: the ModelRunner (no queues) copies cached prefixes between slots, then runs the prompt
+   chunks, the decode rows and the rows verifying proposals in one ragged forward;
+3. post-process: prompt logprobs, sampling or verification, stop rules, outputs, and finished
+   sequences' slots handed back.
 """
 
 from __future__ import annotations
@@ -12,18 +17,19 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from tandem.contracts import OptimizedModel
-from tandem.engine.batcher import Batcher
+from tandem.engine.batcher import Batcher, StepPlan
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
-from tandem.engine.sampler import new_generator, sample
+from tandem.engine.sampler import logprob_entries, new_generator, sample
 from tandem.engine.sampling_params import SamplingParams
 from tandem.engine.sequence import Sequence
-from tandem.engine.speculation import Proposal, verify
+from tandem.engine.speculation import Proposal, StepFeedback, verify
+from tandem.engine.step_batch import StepBatch
 from tandem.model.loader import Model
 from tandem.model.tokenizer import IncrementalDetokenizer
 
@@ -45,6 +51,8 @@ class EngineConfig:
     max_num_seqs: int = 64  # upper bound on concurrently running sequences
     max_prefill_tokens: int = 512  # prompt tokens prefilled per step, so long prompts don't stall decode
     num_threads: int | None = None  # torch threads for this engine; default all cores
+    enable_prefix_caching: bool = True  # reuse the KV of identical prompt prefixes (tandem.engine.prefix_cache)
+    prefix_block_size: int = 16  # tokens per cached block: prefixes are matched in whole blocks
 
     def resolve_max_len(self, model_max: int) -> int:
         limit = self.max_model_len or min(model_max, 2048)
@@ -86,7 +94,9 @@ class Engine:
             )
         kv_dtype = _kv_dtype(optimized.kv_cache_dtype)
         self.runner = ModelRunner(model.module, num_slots, self.max_model_len, kv_dtype)
-        self.batcher = Batcher(num_slots, config.max_prefill_tokens)
+        self.batcher = Batcher(
+            num_slots, config.max_prefill_tokens, config.enable_prefix_caching, config.prefix_block_size
+        )
         self.clock = clock
         self._eos = frozenset(model.eos_token_ids)
         self._ids = itertools.count()
@@ -170,44 +180,141 @@ class Engine:
     # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        started = self.clock()
         plan = self.batcher.schedule()
         if plan.empty:
             return []
+        batch = self._with_drafts(plan)
+        batch.started = started
+        logits = self._run(batch)
+        return self._postprocess(batch, logits)
+
+    # 1. schedule (the Batcher's plan) and draft
+
+    def _with_drafts(self, plan: StepPlan) -> StepBatch:
+        """The step's rows: prompt chunks (scored at their last token, or at every token when the
+        request wants prompt logprobs), decode rows (their last token), and rows verifying draft
+        tokens (last token + proposals, all scored)."""
         now = self.clock()
-        decode = plan.decode
-        proposals = self._propose(decode)
-        # One ragged forward for everything: prompt chunks (scored at their last token), decode rows
-        # (their last token), and rows verifying draft tokens (last token + k proposals, all scored).
-        rows: list[list[int]] = []
+        num_prefill = sum(chunk for _, chunk in plan.prefill)
+        batch = StepBatch(plan.prefill, plan.decode, plan.copies, self._propose(plan.decode, num_prefill))
+        batch.draft_seconds = self.clock() - now
         for seq, chunk in plan.prefill:
             if seq.metrics.first_scheduled_time is None:
                 seq.metrics.first_scheduled_time = now
-            rows.append(seq.prompt_ids[seq.num_computed : seq.num_computed + chunk])
-        for i, seq in enumerate(decode):
-            rows.append([seq.output_ids[-1], *(proposals[i].tokens if proposals else ())])
-        seqs = [seq for seq, _ in plan.prefill] + decode
-        scored = [1] * len(plan.prefill) + [len(row) for row in rows[len(plan.prefill) :]]
-        logits = self.runner.forward_scored(rows, [s.slot for s in seqs], [s.num_computed for s in seqs], scored)
+            # A request scoring its prompt needs logits at every prompt position; others at the last.
+            scored = chunk if seq.params.prompt_logprobs is not None else 1
+            batch.add_row(seq, seq.prompt_ids[seq.num_computed : seq.num_computed + chunk], scored)
+        for seq, proposal in zip(plan.decode, batch.proposals, strict=True):
+            row = [seq.output_ids[-1], *(proposal.tokens if proposal else ())]
+            batch.add_row(seq, row, len(row))
+        return batch
+
+    def _propose(self, decode: list[Sequence], num_prefill_tokens: int) -> list[Proposal | None]:
+        """Draft tokens for the decoding rows the speculator picks (None: the row decodes plainly)."""
+        proposals: list[Proposal | None] = [None] * len(decode)
+        spec = self.speculator
+        if not decode or spec is None:
+            return proposals
+        lengths = spec.draft_lengths(decode, num_prefill_tokens)
+        # Each row writes k + 1 positions from its last token: stay inside the slot, and draft no more
+        # than the request can still emit (a step emits up to k + 1 tokens).
+        lengths = [
+            max(0, min(k, self.max_model_len - s.length, s.params.max_tokens - len(s.output_ids) - 1))
+            for s, k in zip(decode, lengths, strict=True)
+        ]
+        rows = [i for i, k in enumerate(lengths) if k > 0]
+        if rows:
+            drafted = spec.propose([decode[i] for i in rows], [lengths[i] for i in rows])
+            for i, proposal in zip(rows, drafted, strict=True):
+                proposals[i] = proposal if proposal.tokens else None
+        return proposals
+
+    # 2. run
+
+    def _run(self, batch: StepBatch) -> list[torch.Tensor]:
+        for copy in batch.copies:
+            self.runner.copy_prefix(copy.src_slot, copy.dst_slot, copy.num_tokens)
+        return self.runner.forward_scored(batch.rows, batch.slots, batch.starts, batch.scored)
+
+    # 3. post-process
+
+    def _postprocess(self, batch: StepBatch, logits: list[torch.Tensor]) -> list[RequestOutput]:
         results: list[tuple[Sequence, list[int], list]] = []
-        plain = []  # rows sampled from their last position: finished prompts, decode rows without proposals
-        for i, (seq, _) in enumerate(plan.prefill):
-            seq.num_computed += len(rows[i])
-            self.num_prompt_tokens += len(rows[i])
-            if seq.num_computed == len(seq.prompt_ids):
-                plain.append(i)
-        verified = []  # decode rows with proposals: (row, proposal)
-        for j, seq in enumerate(decode):
-            if proposals and proposals[j].tokens:
-                verified.append((len(plan.prefill) + j, proposals[j]))
+        plain: list[tuple[Sequence, torch.Tensor]] = []  # rows sampled from their last position
+        for (seq, chunk), row_logits in zip(batch.prefill, logits, strict=False):
+            start = seq.num_computed
+            seq.num_computed += chunk
+            self.num_prompt_tokens += chunk
+            if seq.params.prompt_logprobs is not None:
+                self._score_prompt(seq, start, row_logits)
+            if seq.prefilled:
+                if seq.params.max_tokens == 0:  # scoring the prompt was the whole request
+                    seq.finish("length")
+                    results.append((seq, [], []))
+                else:
+                    plain.append((seq, row_logits[-1:]))
+        verified: list[tuple[Sequence, Proposal, torch.Tensor]] = []
+        for seq, proposal, row_logits in zip(batch.decode, batch.proposals, logits[len(batch.prefill) :], strict=True):
+            if proposal is not None:
+                verified.append((seq, proposal, row_logits))
             else:
                 seq.num_computed += 1  # the fed token's keys and values are now cached
-                plain.append(len(plan.prefill) + j)
+                plain.append((seq, row_logits))
         if plain:
-            results += self._sample_one([seqs[i] for i in plain], torch.cat([logits[i] for i in plain]))
+            results += self._sample([s for s, _ in plain], torch.cat([lg for _, lg in plain]))
         if verified:
-            results += self._accept(
-                [seqs[i] for i, _ in verified], [p for _, p in verified], [logits[i] for i, _ in verified]
+            results += self._accept(batch, verified)
+        outputs = self._emit(results)
+        if self.speculator is not None and batch.decode:
+            # What adaptive speculators learn from: outcomes, and what the step cost besides drafting
+            # (told before finished sequences are released, so their outcomes count too).
+            seconds = self.clock() - batch.started - batch.draft_seconds
+            self.speculator.observe(
+                StepFeedback(
+                    batch.verified, batch.drafted, batch.accepted, len(batch.decode), batch.num_tokens, seconds
+                )
             )
+        for seq in self.batcher.release_finished():
+            self._retire(seq)
+        return outputs
+
+    def _score_prompt(self, seq: Sequence, start: int, logits: torch.Tensor) -> None:
+        """Logprobs of prompt tokens start + 1 .. start + chunk (logits row j predicts position start + j + 1)."""
+        if start == 0:
+            seq.prompt_logprobs.append(None)  # nothing predicts the first token
+        targets = seq.prompt_ids[start + 1 : start + 1 + logits.shape[0]]
+        if targets:
+            logprobs = torch.log_softmax(logits[: len(targets)], dim=-1)
+            seq.prompt_logprobs += logprob_entries(logprobs, targets, seq.params.prompt_logprobs)
+
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, list[int], list]]:
+        tokens, logprobs = sample(logits, [s.params for s in seqs], [s.generator for s in seqs])
+        return [(s, [t], [lp]) for s, t, lp in zip(seqs, tokens, logprobs, strict=True)]
+
+    def _accept(
+        self, batch: StepBatch, verified: list[tuple[Sequence, Proposal, torch.Tensor]]
+    ) -> list[tuple[Sequence, list[int], list]]:
+        """Verify rows' proposals against the target's logits; advance their KV positions."""
+        seqs, proposals = [s for s, _, _ in verified], [p for _, p, _ in verified]
+        results, drafted, accepted = [], [], []
+        for seq, proposal, (tokens, logprobs) in zip(
+            seqs, proposals, verify(seqs, proposals, [lg for _, _, lg in verified]), strict=True
+        ):
+            seq.num_computed += len(tokens)  # the fed last token plus the accepted proposals hold valid KV
+            drafted.append(len(proposal.tokens))
+            accepted.append(len(tokens) - 1)
+            seq.metrics.num_drafted_tokens += drafted[-1]
+            seq.metrics.num_accepted_tokens += accepted[-1]
+            results.append((seq, tokens, logprobs))
+        self.num_drafted_tokens += sum(drafted)
+        self.num_accepted_tokens += sum(accepted)
+        self.num_spec_rows += len(seqs)
+        batch.verified, batch.drafted, batch.accepted = seqs, drafted, accepted
+        return results
+
+    def _emit(self, results: list[tuple[Sequence, list[int], list]]) -> list[RequestOutput]:
+        """Append the step's tokens (stop rules apply per token) and report each sequence."""
         outputs: list[RequestOutput] = []
         now = self.clock()
         for seq, tokens, logprobs in results:
@@ -217,45 +324,12 @@ class Engine:
                 appended.append(token)
                 if seq.finished:
                     break
-            self._stamp(seq, now)
+            if seq.metrics.first_token_time is None:
+                seq.metrics.first_token_time = now
+            seq.metrics.last_token_time = now
             self.num_generated_tokens += len(appended)
             outputs.append(seq.take_output(appended))
-        for seq in self.batcher.release_finished():
-            self._retire(seq)
         return outputs
-
-    def _sample_one(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, list[int], list]]:
-        tokens, logprobs = sample(logits, [s.params for s in seqs], [s.generator for s in seqs])
-        return [(s, [t], [lp]) for s, t, lp in zip(seqs, tokens, logprobs, strict=True)]
-
-    def _propose(self, decode: list[Sequence]) -> list[Proposal] | None:
-        """Draft tokens for the decoding rows when a speculator is attached and the batch is small
-        enough for verification to pay; None to decode plainly."""
-        spec = self.speculator
-        if not decode or spec is None or len(decode) > spec.max_batch:
-            return None
-        # Each row writes k + 1 positions starting at its last token: stay inside the KV slot.
-        k = min(spec.k, min(self.max_model_len - s.length for s in decode))
-        if k <= 0:
-            return None
-        proposals = spec.propose(decode, k)
-        return proposals if any(p.tokens for p in proposals) else None
-
-    def _accept(
-        self, seqs: list[Sequence], proposals: list[Proposal], logits: list[torch.Tensor]
-    ) -> list[tuple[Sequence, list[int], list]]:
-        """Verify rows' proposals against the target's logits; advance their KV positions."""
-        results = []
-        for seq, proposal, (tokens, logprobs) in zip(seqs, proposals, verify(seqs, proposals, logits), strict=True):
-            seq.num_computed += len(tokens)  # the fed last token plus the accepted proposals hold valid KV
-            drafted, accepted = len(proposal.tokens), len(tokens) - 1
-            seq.metrics.num_drafted_tokens += drafted
-            seq.metrics.num_accepted_tokens += accepted
-            self.num_drafted_tokens += drafted
-            self.num_accepted_tokens += accepted
-            results.append((seq, tokens, logprobs))
-        self.num_spec_rows += len(seqs)
-        return results
 
     def _retire(self, seq: Sequence) -> None:
         seq.metrics.finished_time = self.clock()
@@ -273,23 +347,41 @@ class Engine:
         """Tokens gained per speculative row-step: accepted proposals plus the target's own token."""
         return (self.num_accepted_tokens + self.num_spec_rows) / self.num_spec_rows if self.num_spec_rows else 0.0
 
-    def _stamp(self, seq: Sequence, now: float) -> None:
-        if seq.metrics.first_token_time is None:
-            seq.metrics.first_token_time = now
-        seq.metrics.last_token_time = now
+    @property
+    def prefix_cache_queries(self) -> int:
+        """Prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries)."""
+        return self.batcher.prefix_cache.num_queried_tokens
+
+    @property
+    def prefix_cache_hits(self) -> int:
+        """Of those, tokens whose keys and values were reused (vLLM's prefix_cache_hits)."""
+        return self.batcher.prefix_cache.num_hit_tokens
 
     # -- convenience --------------------------------------------------------------------------
 
     def generate(
         self, prompts: Iterable[str | list[int]], params: SamplingParams | list[SamplingParams] | None = None
     ) -> list[RequestOutput]:
-        """Run prompts to completion together (continuous batching); final outputs in prompt order."""
+        """Run prompts to completion together (continuous batching); final outputs in prompt order,
+        each holding all its logprobs and prompt logprobs (a step's output holds only that step's)."""
         prompts = list(prompts)
         per = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
         ids = [self.add_request(p, sp) for p, sp in zip(prompts, per, strict=True)]
         final: dict[str, RequestOutput] = {}
+        logprobs: dict[str, list] = {i: [] for i in ids}
+        prompt_logprobs: dict[str, list | None] = {i: None for i in ids}
         while any(i not in final for i in ids):
             for out in self.step():
+                logprobs[out.request_id] += out.logprobs or ()
+                if out.prompt_logprobs is not None:
+                    prompt_logprobs[out.request_id] = out.prompt_logprobs
                 if out.finished:
                     final[out.request_id] = out
-        return [final[i] for i in ids]
+        return [
+            replace(
+                final[i],
+                logprobs=logprobs[i] if final[i].logprobs is not None else None,
+                prompt_logprobs=prompt_logprobs[i],
+            )
+            for i in ids
+        ]

@@ -32,6 +32,14 @@ class ModelRunner:
         readable = self.cache.k[0].dtype in (torch.float32, torch.bfloat16) and module.config.head_dim <= 256
         self.kernels = readable and kernels_available() if kernels is None else kernels and readable
 
+    @torch.inference_mode()
+    def copy_prefix(self, src_slot: int, dst_slot: int, num_tokens: int) -> None:
+        """Copy the keys and values of positions [0, num_tokens) from one slot to another (a cached
+        prompt prefix: a memcpy per layer instead of a prefill through every layer)."""
+        for keys, values in zip(self.cache.k, self.cache.v, strict=True):
+            keys[dst_slot, :, :num_tokens] = keys[src_slot, :, :num_tokens]
+            values[dst_slot, :, :num_tokens] = values[src_slot, :, :num_tokens]
+
     def forward(self, tokens: list[list[int]], slots: list[int], starts: list[int], last_only: bool) -> torch.Tensor:
         """Run every row's new tokens in one forward pass; return float32 logits.
 

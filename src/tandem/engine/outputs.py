@@ -37,4 +37,8 @@ class RequestOutput:
     finish_reason: str | None  # "stop" | "length" | "abort" | None while running
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it
     logprobs: list[TokenLogprob] | None = None  # for new_token_ids, when requested
+    # Every prompt token's logprob given the tokens before it (the first token has none: None), when
+    # requested; in the first output after the prompt is prefilled, None in the others.
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     metrics: RequestMetrics | None = field(default=None, compare=False)

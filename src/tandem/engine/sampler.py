@@ -7,7 +7,7 @@ import torch
 from tandem.engine.outputs import TokenLogprob
 from tandem.engine.sampling_params import SamplingParams
 
-__all__ = ["sample", "filtered_probs", "new_generator"]
+__all__ = ["sample", "filtered_probs", "new_generator", "logprob_entries"]
 
 
 def new_generator(seed: int | None) -> torch.Generator:
@@ -44,6 +44,19 @@ def _logprob_entry(logprobs: torch.Tensor, token: int, n: int) -> TokenLogprob:
         values, ids = torch.topk(logprobs, n)
         top = {int(i): float(v) for i, v in zip(ids.tolist(), values.tolist(), strict=True)}
     return TokenLogprob(token, float(logprobs[token]), top)
+
+
+def logprob_entries(logprobs: torch.Tensor, tokens: list[int], n: int) -> list[TokenLogprob]:
+    """Row j of logprobs [T, V] scored tokens[j]: its logprob and the row's n most likely ids, for all
+    T rows in two tensor ops (prompt logprobs score hundreds of positions at once)."""
+    chosen = logprobs.gather(-1, torch.tensor(tokens, dtype=torch.long)[:, None])[:, 0].tolist()
+    if not n:
+        return [TokenLogprob(t, lp, {}) for t, lp in zip(tokens, chosen, strict=True)]
+    values, ids = torch.topk(logprobs, n, dim=-1)
+    return [
+        TokenLogprob(t, lp, dict(zip(row_ids, row_values, strict=True)))
+        for t, lp, row_ids, row_values in zip(tokens, chosen, ids.tolist(), values.tolist(), strict=True)
+    ]
 
 
 def sample(

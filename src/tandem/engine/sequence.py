@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tandem.engine.outputs import RequestMetrics, RequestOutput, TokenLogprob
 from tandem.engine.sampling_params import SamplingParams
-from tandem.model.tokenizer import IncrementalDetokenizer
 
-__all__ = ["Sequence", "SequenceStatus"]
+__all__ = ["Detokenizer", "Sequence", "SequenceStatus"]
+
+
+class Detokenizer(Protocol):
+    """Token ids in, text out, one token at a time (tandem.model.IncrementalDetokenizer)."""
+
+    def push(self, token_id: int) -> str: ...
 
 
 class SequenceStatus(enum.Enum):
@@ -23,13 +29,14 @@ class Sequence:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    detokenizer: IncrementalDetokenizer
+    detokenizer: Detokenizer
     eos_ids: frozenset[int]
     max_len: int  # the context limit: prompt + output never exceed it
     metrics: RequestMetrics
     status: SequenceStatus = SequenceStatus.WAITING
     slot: int | None = None
     num_computed: int = 0  # tokens whose keys/values are in the KV slot
+    num_cached_tokens: int = 0  # prompt tokens taken from the prefix cache at admission
     output_ids: list[int] = field(default_factory=list)
     text: str = ""  # decoded output, including text held back for stop-string matching
     released: int = 0  # characters of `text` already reported
@@ -37,6 +44,9 @@ class Sequence:
     stop_reason: str | int | None = None
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     generator: object | None = None  # the per-request torch.Generator, owned by the sampler
+    # params.prompt_logprobs: one entry per prompt token scored so far (None for the first token)
+    prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
+    prompt_logprobs_sent: bool = False
 
     @property
     def all_ids(self) -> list[int]:
@@ -50,6 +60,11 @@ class Sequence:
     def in_prefill(self) -> bool:
         """True until every prompt token is in the KV slot and the first token is sampled."""
         return not self.output_ids
+
+    @property
+    def prefilled(self) -> bool:
+        """Every prompt token's keys and values are in the slot."""
+        return self.num_computed >= len(self.prompt_ids)
 
     @property
     def finished(self) -> bool:
@@ -90,6 +105,9 @@ class Sequence:
         new_text = self.text[self.released : release_to]
         self.released = release_to
         logprobs, self.pending_logprobs = self.pending_logprobs, []
+        prompt_logprobs = None
+        if self.params.prompt_logprobs is not None and self.prefilled and not self.prompt_logprobs_sent:
+            prompt_logprobs, self.prompt_logprobs_sent = self.prompt_logprobs, True  # once, with the first output
         return RequestOutput(
             request_id=self.request_id,
             prompt_token_ids=self.prompt_ids,
@@ -101,5 +119,7 @@ class Sequence:
             finish_reason=self.finish_reason,
             stop_reason=self.stop_reason,
             logprobs=logprobs if self.params.logprobs is not None else None,
+            prompt_logprobs=prompt_logprobs,
+            num_cached_tokens=self.num_cached_tokens,
             metrics=self.metrics,
         )

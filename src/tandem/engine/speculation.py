@@ -1,9 +1,11 @@
 """Speculative decoding inside continuous batching: propose, verify in one batched forward, accept.
 
-A Speculator (draft model, n-gram lookup, ... supplied by the optimization layer) proposes up to k
-tokens per running sequence. The target then scores, for all rows at once, the last accepted token
-followed by the k proposals: k + 1 tokens per row, in the same ragged forward as the step's prompt
-chunks and the rows that got no proposal (tandem.engine.engine). Acceptance is lossless:
+A Speculator (draft model, n-gram lookup, ... supplied by the optimization layer) first says how many
+tokens to draft for each decoding row this step (0: decode that row plainly; a fixed k up to a batch
+size, or a length chosen from measured acceptance and costs), then proposes up to that many. The
+target then scores, for all rows at once, the last accepted token followed by the k proposals: k + 1
+tokens per row, in the same ragged forward as the step's prompt chunks and the rows that got no
+proposal (tandem.engine.engine). Acceptance is lossless:
 - greedy rows keep proposals while they equal the target's argmax, then add the target's own token;
 - sampled rows use rejection sampling (Leviathan et al. 2023): accept proposal x with probability
   min(1, p(x) / q(x)); on the first rejection sample from norm(max(0, p - q)); if all k are accepted,
@@ -23,7 +25,7 @@ from tandem.engine.outputs import TokenLogprob
 from tandem.engine.sampler import _logprob_entry, filtered_probs
 from tandem.engine.sequence import Sequence
 
-__all__ = ["Speculator", "Proposal", "verify"]
+__all__ = ["Speculator", "Proposal", "StepFeedback", "verify"]
 
 
 @dataclass
@@ -32,16 +34,36 @@ class Proposal:
     probs: torch.Tensor | None = None  # [len(tokens), V] draft distribution q per token; None = point mass
 
 
+@dataclass(frozen=True)
+class StepFeedback:
+    """What one step's verification found, for speculators that adapt (per verified row)."""
+
+    seqs: list[Sequence]
+    drafted: list[int]  # tokens proposed to each row
+    accepted: list[int]  # of those, accepted by the target
+    num_decode_rows: int  # decoding rows in the step (verified or not)
+    num_tokens: int  # flat tokens the step's target forward ran (prompt chunks included)
+    step_seconds: float  # the step's time on the engine's clock, less the speculator's own drafting
+
+
 class Speculator(Protocol):
     """Proposes draft tokens for running sequences. Implementations keep whatever state they need
     (a draft model's KV cache in the same slots as the target's) and are told about every outcome."""
 
-    k: int
-    max_batch: int  # above this many decoding rows, plain decoding is cheaper: speculation switches off
-
     def bind(self, num_slots: int, max_len: int) -> None: ...
 
-    def propose(self, seqs: list[Sequence], k: int) -> list[Proposal]: ...
+    def draft_lengths(self, seqs: list[Sequence], num_prefill_tokens: int) -> list[int]:
+        """Tokens to draft for each decoding row this step (0: decode it plainly); the step also
+        runs num_prefill_tokens prompt tokens in the same forward."""
+        ...
+
+    def propose(self, seqs: list[Sequence], lengths: list[int]) -> list[Proposal]:
+        """Up to lengths[i] tokens for row i (each >= 1)."""
+        ...
+
+    def observe(self, feedback: StepFeedback) -> None:
+        """After every step with decoding rows: verification outcomes (if any) and the step's cost."""
+        ...
 
     def release(self, seq: Sequence) -> None: ...
 

@@ -6,6 +6,7 @@ Engine runs.
 """
 
 from tandem.optimize import registry
+from tandem.optimize.adaptive import AdaptiveNgram, AdaptiveSpeculative
 from tandem.optimize.int4 import Int4
 from tandem.optimize.int8 import Int8
 from tandem.optimize.kv_cache import KvBFloat16
@@ -21,6 +22,7 @@ from tandem.optimize.registry import (
     parse_recipe,
     register,
     validate_recipe,
+    versions,
 )
 from tandem.optimize.speculative import Speculative
 
@@ -35,6 +37,7 @@ __all__ = [
     "register",
     "registry",
     "validate_recipe",
+    "versions",
 ]
 
 register("baseline", Baseline())
@@ -44,3 +47,6 @@ register("int4", Int4())
 register("kv-bf16", KvBFloat16())
 register("speculative", Speculative())
 register("ngram", Ngram())
+# Second versions beside the first (a bare name still means 1.0): "speculative@2.0", "ngram@2.0".
+register("speculative", AdaptiveSpeculative())
+register("ngram", AdaptiveNgram())

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from tandem.contracts import OptimizedModel
 from tandem.engine.sequence import Sequence
-from tandem.engine.speculation import Proposal
+from tandem.engine.speculation import Proposal, StepFeedback
 
 __all__ = ["NgramSpeculator", "Ngram", "lookup"]
 
@@ -36,8 +36,14 @@ class NgramSpeculator:
     def bind(self, num_slots: int, max_len: int) -> None:
         pass
 
-    def propose(self, seqs: list[Sequence], k: int) -> list[Proposal]:
-        return [Proposal(lookup(seq.all_ids, k, self.n_max, self.n_min)) for seq in seqs]
+    def draft_lengths(self, seqs: list[Sequence], num_prefill_tokens: int = 0) -> list[int]:
+        return [self.k if len(seqs) <= self.max_batch else 0] * len(seqs)
+
+    def propose(self, seqs: list[Sequence], lengths: list[int]) -> list[Proposal]:
+        return [Proposal(lookup(seq.all_ids, k, self.n_max, self.n_min)) for seq, k in zip(seqs, lengths, strict=True)]
+
+    def observe(self, feedback: StepFeedback) -> None:
+        pass
 
     def release(self, seq: Sequence) -> None:
         pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,17 +33,20 @@ def synthetic_prompt(vocab_size: int, length: int, seed: int) -> list[int]:
     return torch.randint(3, vocab_size, (length,), generator=g).tolist()
 
 
-def decode_rate(engine: Engine, prompts: list[list[int]], new_tokens: int) -> float:
-    """Output tokens/s of len(prompts) concurrent sequences, timed once all are prefilled."""
+def decode_rate(
+    engine: Engine, prompts: list[list[int]], new_tokens: int, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Output tokens/s of len(prompts) concurrent sequences, timed once all are prefilled (on `clock`:
+    wall time, or time.process_time for the CPU time this process spent)."""
     params = SamplingParams.greedy_params(new_tokens, ignore_eos=True)
     for prompt in prompts:
         engine.add_request(prompt, params)
     while any(s.in_prefill for s in engine.batcher.running) or engine.batcher.waiting:
         engine.step()
-    produced, start = 0, time.perf_counter()
+    produced, start = 0, clock()
     while engine.has_unfinished():
         produced += sum(len(o.new_token_ids) for o in engine.step())
-    return produced / (time.perf_counter() - start)
+    return produced / (clock() - start)
 
 
 def measure_profile(
@@ -65,6 +69,7 @@ def measure_profile(
         max_num_seqs=max_slots,
         max_prefill_tokens=max(512, prompt_len * max_slots),
         num_threads=threads,
+        enable_prefix_caching=False,  # the same prompts run again: measure computing them, not a cache hit
     )
     engine = Engine(optimized, config)
     prompt_len = min(prompt_len, engine.max_model_len - new_tokens - 1)

@@ -4,6 +4,11 @@
 through the entry-point group `tandem.optimizers` (each entry point loads an optimizer instance, or a
 factory taking the recipe's keyword parameters). A recipe such as "int8+speculative(k=4)" is a `+`
 list of names with optional `(key=value, ...)` parameters, applied left to right.
+
+A name can hold several versions of an optimizer (each registration with its own `version`), so a
+new version ships beside the one it may replace and the validation gate can compare them: a bare
+name means the name's default version (the first registered, unless a later one is registered with
+default=True), and `name@version` picks one, e.g. "int8+speculative@2.0(k_max=8)".
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ __all__ = [
     "register",
     "get",
     "names",
+    "versions",
     "describe",
     "parameters",
     "OptimizerParam",
@@ -44,7 +50,7 @@ class RecipeError(ValueError):
 
 @dataclass(frozen=True)
 class RecipeStep:
-    name: str
+    name: str  # "speculative", or "speculative@2.0" for a version other than the default
     params: tuple[tuple[str, Any], ...] = ()
 
     def __str__(self) -> str:
@@ -68,22 +74,45 @@ class OptimizerParam:
 # Every optimizer declares these; they are not recipe parameters.
 _IDENTITY_FIELDS = frozenset({"name", "version", "description"})
 
-# name -> factory(**params) -> optimizer. An instance registered directly takes no parameters
-# unless it defines `with_params(**params)`.
-_factories: dict[str, Factory] = {}
-_registered: dict[str, Any] = {}  # name -> what was registered (an instance or a factory), for `parameters`
+# name -> version -> factory(**params) -> optimizer ("" when a factory does not say its version). An
+# instance registered directly takes no parameters unless it defines `with_params(**params)`.
+_factories: dict[str, dict[str, Factory]] = {}
+_defaults: dict[str, str] = {}  # name -> the version a bare name means
+# (name, version) -> what was registered (an instance or a factory), for `parameters`
+_registered: dict[tuple[str, str], Any] = {}
 _entry_points_loaded = False
+_VERSION = re.compile(r"[0-9][0-9a-z.\-]*")
 
 
-def register(name: str, optimizer: InferenceOptimizer | Factory, *, replace: bool = False) -> None:
-    """Add an optimizer (an instance, or a factory taking the recipe's keyword parameters)."""
+def _version_of(optimizer: Any) -> str:
+    version = getattr(optimizer, "version", "")  # an instance's, or a class's field default
+    return version if isinstance(version, str) and _VERSION.fullmatch(version) else ""
+
+
+def register(
+    name: str, optimizer: InferenceOptimizer | Factory, *, replace: bool = False, default: bool = False
+) -> None:
+    """Add an optimizer (an instance, or a factory taking the recipe's keyword parameters).
+
+    A registration whose version differs from the name's registered ones adds a version beside them
+    (the first stays the default unless `default`); the same version again needs `replace`."""
     if not re.fullmatch(r"[a-z][a-z0-9_\-]*", name):
         raise RecipeError(f"optimizer name {name!r} must be lowercase letters, digits, '-' or '_'")
-    if name in _factories and not replace:
+    version = _version_of(optimizer)
+    versions = _factories.get(name, {})
+    clash = version in versions or (versions and (not version or "" in versions))
+    if clash and not replace:
         raise RecipeError(f"an optimizer named {name!r} is already registered")
+    if replace and clash:
+        versions = {}  # a replacement takes the name over: no stale versions beside it
+        for key in [k for k in _registered if k[0] == name]:
+            del _registered[key]
+    _factories[name] = versions
+    if default or name not in _defaults or not versions:
+        _defaults[name] = version
     # A class is a factory (its fields are the recipe's parameters), even though its class attributes
     # would satisfy the protocol's structural check.
-    _registered[name] = optimizer
+    _registered[(name, version)] = optimizer
     if isinstance(optimizer, InferenceOptimizer) and not isinstance(optimizer, type):
         instance = optimizer
 
@@ -95,9 +124,9 @@ def register(name: str, optimizer: InferenceOptimizer | Factory, *, replace: boo
                 raise RecipeError(f"optimizer {name!r} takes no parameters, got {', '.join(params)}")
             return with_params(**params)
 
-        _factories[name] = factory
+        versions[version] = factory
     elif callable(optimizer):
-        _factories[name] = optimizer
+        versions[version] = optimizer
     else:
         raise RecipeError(f"{optimizer!r} is neither an InferenceOptimizer nor a factory of one")
 
@@ -118,7 +147,8 @@ def _load_entry_points() -> None:
             def broken(_message: str = message, **_: Any) -> InferenceOptimizer:
                 raise RecipeError(_message)
 
-            _factories[ep.name] = broken
+            _factories[ep.name] = {"": broken}
+            _defaults[ep.name] = ""
 
 
 def names() -> list[str]:
@@ -126,10 +156,34 @@ def names() -> list[str]:
     return sorted(_factories)
 
 
-def get(name: str, **params: Any) -> InferenceOptimizer:
+def versions(name: str) -> list[str]:
+    """The registered versions of an optimizer, the default first ("" for a factory without one)."""
     _load_entry_points()
     if name not in _factories:
         raise RecipeError(f"unknown optimizer {name!r}; registered optimizers: {', '.join(names())}")
+    return sorted(_factories[name], key=lambda v: (v != _defaults[name], v))
+
+
+def _resolve(name: str) -> tuple[str, str]:
+    """("speculative", "2.0") for "speculative@2.0"; a bare name means its default version."""
+    base, _, version = name.partition("@")
+    known = versions(base)
+    version = version if "@" in name else _defaults[base]
+    if version not in known:
+        listed = ", ".join(f"{base}@{v}" for v in known if v)
+        raise RecipeError(f"optimizer {base!r} has no version {version!r}; registered: {listed}")
+    return base, version
+
+
+def _factory(name: str) -> Factory:
+    """The factory for "name" (its default version) or "name@version"."""
+    base, version = _resolve(name)
+    return _factories[base][version]
+
+
+def get(name: str, **params: Any) -> InferenceOptimizer:
+    """An optimizer by name ("speculative") or name and version ("speculative@2.0")."""
+    factory = _factory(name)
     known = parameters(name) if params else []
     unknown = sorted(set(params) - {p.name for p in known})
     if known and unknown:  # say what it takes rather than the dataclass's TypeError
@@ -141,7 +195,7 @@ def get(name: str, **params: Any) -> InferenceOptimizer:
                 f"optimizer {name!r}: parameter {param.name!r} must be {param.type}, got {params[param.name]!r}"
             )
     try:
-        return _factories[name](**params)
+        return factory(**params)
     except TypeError as exc:
         raise RecipeError(f"bad parameter for optimizer {name!r}: {exc}") from None
     except ValueError as exc:  # an optimizer's own range check (k must be in [1, 16], ...)
@@ -167,15 +221,13 @@ def _type_name(annotation: Any) -> str:
 
 
 def parameters(name: str) -> list[OptimizerParam]:
-    """The recipe parameters of optimizer `name` with their types and defaults ([] if it takes none).
+    """The recipe parameters of optimizer `name` (or `name@version`) with their types and defaults
+    ([] if it takes none).
 
     Read from the optimizer's dataclass fields (the built-ins' and most plug-ins' shape), else from
     a factory's keyword arguments.
     """
-    _load_entry_points()
-    if name not in _factories:
-        raise RecipeError(f"unknown optimizer {name!r}; registered optimizers: {', '.join(names())}")
-    source = _registered.get(name)  # absent for a plug-in that failed to load
+    source = _registered.get(_resolve(name))  # absent for a plug-in that failed to load
     if source is None:
         return []
     if dataclasses.is_dataclass(source):
@@ -198,19 +250,22 @@ def parameters(name: str) -> list[OptimizerParam]:
 
 
 def describe() -> list[tuple[str, str, str, str]]:
-    """(name, version, one-line description, parameters) of every optimizer with default parameters."""
+    """(name, version, one-line description, parameters) of every optimizer version with default
+    parameters; a name's default version comes first."""
     rows = []
     for name in names():
-        try:
-            opt = get(name)
-            params = ", ".join(str(p) for p in parameters(name))
-            rows.append((name, opt.version, opt.description, params))
-        except RecipeError as exc:
-            rows.append((name, "?", str(exc), ""))
+        for version in versions(name):
+            spec = f"{name}@{version}" if version else name
+            try:
+                opt = get(spec)
+                params = ", ".join(str(p) for p in parameters(spec))
+                rows.append((name, opt.version, opt.description, params))
+            except RecipeError as exc:
+                rows.append((name, version or "?", str(exc), ""))
     return rows
 
 
-_STEP = re.compile(r"^\s*([a-z][a-z0-9_\-]*)\s*(?:\((.*)\))?\s*$", re.S)
+_STEP = re.compile(r"^\s*([a-z][a-z0-9_\-]*(?:@[0-9][0-9a-z.\-]*)?)\s*(?:\((.*)\))?\s*$", re.S)
 
 
 def _parse_params(name: str, text: str) -> tuple[tuple[str, Any], ...]:
@@ -253,8 +308,9 @@ def parse_recipe(recipe: str) -> list[RecipeStep]:
         if not match:
             raise RecipeError(f"cannot parse recipe step {text.strip()!r} in {recipe!r} (expected name or name(k=v))")
         name, params = match.group(1), _parse_params(match.group(1), match.group(2) or "")
-        if name not in names():
+        if name.partition("@")[0] not in names():
             raise RecipeError(f"unknown optimizer {name!r} in recipe {recipe!r}; registered: {', '.join(names())}")
+        _factory(name)  # an unknown version is an error here too, before anything loads
         parsed.append(RecipeStep(name, params))
     return parsed
 

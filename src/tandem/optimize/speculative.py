@@ -19,14 +19,25 @@ from tandem.data.bundled import bundled_draft_dir
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.sampler import filtered_probs
 from tandem.engine.sequence import Sequence
-from tandem.engine.speculation import Proposal
+from tandem.engine.speculation import Proposal, StepFeedback
 from tandem.model.loader import Model, load_model
 
-__all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir"]
+__all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir", "load_draft"]
 
 
 def default_draft_dir() -> Path:
     return bundled_draft_dir()
+
+
+def load_draft(path: str | None, target: Model, who: str = "speculative") -> Model:
+    """The draft model (default: the bundled draft); it must share the target's vocabulary."""
+    draft = load_model(path or default_draft_dir())
+    if draft.config.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"{who}: draft vocabulary ({draft.config.vocab_size}) differs from the target's "
+            f"({target.config.vocab_size}); the draft must share the target's tokenizer"
+        )
+    return draft
 
 
 @dataclass
@@ -70,21 +81,35 @@ class DraftModelSpeculator:
         rows = [ids[v:] for ids, v in zip(all_ids, valid, strict=True)]
         return self.runner.forward(rows, [s.slot for s in seqs], valid, last_only=True)
 
-    def propose(self, seqs: list[Sequence], k: int) -> list[Proposal]:
+    def draft_lengths(self, seqs: list[Sequence], num_prefill_tokens: int = 0) -> list[int]:
+        return [self.k if len(seqs) <= self.max_batch else 0] * len(seqs)
+
+    def observe(self, feedback: StepFeedback) -> None:
+        pass
+
+    def propose(self, seqs: list[Sequence], lengths: list[int]) -> list[Proposal]:
+        """Up to lengths[i] tokens for row i: one catch-up forward, then one forward per further
+        token, over the rows still drafting."""
         logits = self._catch_up(seqs)
         tokens: list[list[int]] = [[] for _ in seqs]
         probs: list[list[torch.Tensor]] = [[] for _ in seqs]
-        for step in range(k):
-            for i, seq in enumerate(seqs):
+        active = list(range(len(seqs)))  # rows drafting this round; logits[j] is active[j]'s
+        for step in range(max(lengths)):
+            for j, i in enumerate(active):
+                seq = seqs[i]
                 if seq.params.greedy:
-                    tokens[i].append(int(logits[i].argmax()))
+                    tokens[i].append(int(logits[j].argmax()))
                 else:  # sample from the draft's own filtered distribution q; verification needs q
-                    q = filtered_probs(logits[i], seq.params)
+                    q = filtered_probs(logits[j], seq.params)
                     tokens[i].append(int(torch.multinomial(q, 1, generator=seq.generator).item()))
                     probs[i].append(q)
-            if step < k - 1:
-                starts = [s.length + step for s in seqs]
-                logits = self.runner.forward([[t[-1]] for t in tokens], [s.slot for s in seqs], starts, True)
+            active = [i for i in active if lengths[i] > step + 1]
+            if not active:
+                break
+            starts = [seqs[i].length + step for i in active]
+            logits = self.runner.forward(
+                [[tokens[i][-1]] for i in active], [seqs[i].slot for i in active], starts, True
+            )
         proposals = []
         for i, seq in enumerate(seqs):
             # The draft's cache now holds the sequence plus all but the last proposal.
@@ -118,12 +143,6 @@ class Speculative:
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
         if model.speculator is not None:
             raise ValueError("speculative: the recipe already has a speculator; use one speculative optimizer")
-        draft = load_model(self.draft or default_draft_dir())
-        target = model.model
-        if draft.config.vocab_size != target.config.vocab_size:
-            raise ValueError(
-                f"speculative: draft vocabulary ({draft.config.vocab_size}) differs from the target's "
-                f"({target.config.vocab_size}); the draft must share the target's tokenizer"
-            )
+        draft = load_draft(self.draft, model.model)
         speculator = DraftModelSpeculator(draft, self.k, self.max_batch)
         return model.with_changes(speculator=speculator, notes=(*model.notes, f"draft={draft.path}"))

@@ -90,6 +90,11 @@ def preflight(config: Settings) -> None:
     help="Seconds in-flight requests get to finish after SIGTERM.  [default: 30]",
 )
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: all cores).")
+@click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    default=None,
+    help="Reuse the KV cache of identical prompt prefixes.  [default: enabled]",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 @click.option("--access-log/--no-access-log", default=None, help="Log one line per request.")
 # Set by a gateway on the replicas it starts: who they are (GET /load reports it) and whom they outlive.

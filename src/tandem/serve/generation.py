@@ -29,6 +29,7 @@ class ChoiceResult:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # when the plan scores prompts (echo)
 
 
 class Generation:
@@ -82,6 +83,8 @@ class Generation:
                 result = results[choice.index]
                 result.text, result.num_tokens = out.text, len(out.token_ids)
                 result.logprobs.extend(out.logprobs or ())
+                if out.prompt_logprobs is not None:
+                    result.prompt_logprobs = out.prompt_logprobs
                 if out.finished:
                     result.finish_reason, result.stop_reason = out.finish_reason, out.stop_reason
         return [results[c.index] for c in self.plan.choices]

@@ -100,6 +100,8 @@ class EngineStats:
     generation_tokens: int
     drafted_tokens: int
     accepted_tokens: int
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of those, tokens whose keys and values were reused
 
 
 class _EngineCollector(Collector):
@@ -119,7 +121,12 @@ class _EngineCollector(Collector):
         s = stats or EngineStats(0, 0, 0, 0, 0, 0)
         yield family(GaugeMetricFamily, "num_requests_running", "Sequences in KV slots right now.", s.running)
         yield family(GaugeMetricFamily, "num_requests_waiting", "Sequences waiting for a KV slot.", s.waiting)
-        yield family(CounterMetricFamily, "prompt_tokens", "Prefilled prompt tokens.", s.prompt_tokens)
+        yield family(
+            CounterMetricFamily,
+            "prompt_tokens",
+            "Prompt tokens (prefilled, or reused from the prefix cache).",
+            s.prompt_tokens,
+        )
         yield family(CounterMetricFamily, "generation_tokens", "Generated tokens.", s.generation_tokens)
         yield family(
             CounterMetricFamily, "spec_decode_num_draft_tokens", "Tokens proposed by the speculator.", s.drafted_tokens
@@ -129,6 +136,19 @@ class _EngineCollector(Collector):
             "spec_decode_num_accepted_tokens",
             "Drafted tokens the target accepted.",
             s.accepted_tokens,
+        )
+        # vLLM's prefix-cache counters, in tokens: hits / queries is the hit rate.
+        yield family(
+            CounterMetricFamily,
+            "prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache.",
+            s.prefix_cache_queries,
+        )
+        yield family(
+            CounterMetricFamily,
+            "prefix_cache_hits",
+            "Prompt tokens whose keys and values came from the prefix cache.",
+            s.prefix_cache_hits,
         )
 
 

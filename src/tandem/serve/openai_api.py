@@ -61,22 +61,32 @@ async def _completion_events(gen: Generation, body: CompletionRequest, created: 
     served, plan = gen.served, gen.plan
     offsets = {c.index: 0 for c in plan.choices}
     tokens = {c.index: 0 for c in plan.choices}
+    echoed = {c.index: not plan.echo for c in plan.choices}
     try:
         async with aclosing(gen.outputs()) as outputs:
             async for choice, out in outputs:
                 tokens[choice.index] = len(out.token_ids)
-                logprobs = None
-                if choice.params.logprobs is not None:
+                text, logprobs = out.new_text, None
+                if not echoed[choice.index]:  # the first chunk echoes the prompt, then the first tokens (as vLLM)
+                    echoed[choice.index] = True
+                    text = plan.prompt_texts[choice.prompt_index] + text
+                    if choice.params.logprobs is not None:
+                        prompt_ids = plan.prompts[choice.prompt_index]
+                        logprobs = R.echo_logprobs(
+                            prompt_ids, out.prompt_logprobs, out.logprobs or [], served.token_text
+                        )
+                elif choice.params.logprobs is not None:
                     logprobs = R.completion_logprobs(out.logprobs or [], served.token_text, offsets[choice.index])
+                if logprobs is not None:
                     offsets[choice.index] += sum(len(t) for t in logprobs["tokens"])
-                if out.new_text or out.finished or (logprobs and logprobs["tokens"]):
+                if text or out.finished or (logprobs and logprobs["tokens"]):
                     yield sse(
                         R.completion_chunk(
                             rid,
                             created,
                             served.name,
                             choice.index,
-                            out.new_text,
+                            text,
                             out.finish_reason if out.finished else None,
                             logprobs,
                             out.stop_reason,
@@ -180,8 +190,15 @@ def build_router(state: ServerState) -> APIRouter:
             return Response(status_code=499)  # nobody reads it; nginx's code for "client closed request"
         choices = []
         for r in results:
-            logprobs = R.completion_logprobs(r.logprobs, served.token_text) if body.logprobs is not None else None
-            choices.append(R.completion_choice(r.choice.index, r.text, r.finish_reason, logprobs, r.stop_reason))
+            text, logprobs = r.text, None
+            if plan.echo:  # the prompt, then the completion (OpenAI's legacy echo; vLLM does the same)
+                text = plan.prompt_texts[r.choice.prompt_index] + text
+                if body.logprobs is not None:
+                    prompt_ids = plan.prompts[r.choice.prompt_index]
+                    logprobs = R.echo_logprobs(prompt_ids, r.prompt_logprobs, r.logprobs, served.token_text)
+            elif body.logprobs is not None:
+                logprobs = R.completion_logprobs(r.logprobs, served.token_text)
+            choices.append(R.completion_choice(r.choice.index, text, r.finish_reason, logprobs, r.stop_reason))
         use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
         return JSONResponse(R.completion_body(rid, created, served.name, choices, use))
 

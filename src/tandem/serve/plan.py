@@ -32,6 +32,7 @@ class ModelLimits:
     validate_ids: Callable[[list[int]], list[int]]  # raises RequestError (e.g. ids outside the vocabulary)
     render_chat: Callable[[list[dict]], str]  # raises ChatTemplateError
     bos_token: str | None = None
+    decode: Callable[[list[int]], str] | None = None  # ids -> text (echo of a token-id prompt)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Choice:
 class Plan:
     prompts: list[list[int]]  # token ids of each distinct prompt
     choices: list[Choice]
+    echo: bool = False  # completions: each choice's text (and logprobs) start with its prompt's
+    prompt_texts: tuple[str, ...] = ()  # with echo: each prompt as text
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -69,7 +72,6 @@ def _refuse_unsupported(req: CompletionRequest | ChatCompletionRequest) -> None:
     ]
     if isinstance(req, CompletionRequest):
         unsupported += [
-            ("echo", req.echo),
             ("suffix", req.suffix is not None),
             ("best_of", req.best_of is not None and req.best_of != req.n),
         ]
@@ -136,7 +138,11 @@ def _temperature(requested: float | None) -> float:
 
 
 def _sampling_params(
-    req: CompletionRequest | ChatCompletionRequest, max_tokens: int, choice: int, logprobs: int | None
+    req: CompletionRequest | ChatCompletionRequest,
+    max_tokens: int,
+    choice: int,
+    logprobs: int | None,
+    prompt_logprobs: int | None = None,
 ) -> SamplingParams:
     seed = req.seed
     if seed is not None and choice:
@@ -154,6 +160,7 @@ def _sampling_params(
             stop_token_ids=tuple(req.stop_token_ids or ()),
             ignore_eos=req.ignore_eos,
             logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
         )
     except ValueError as exc:  # a backstop: the schema's ranges are meant to catch these first
         raise APIError(400, str(exc), code="invalid_value") from None
@@ -175,20 +182,37 @@ def _check_count(n: int, num_prompts: int, max_n: int, capacity: int) -> None:
 def plan_completion(req: CompletionRequest, limits: ModelLimits, *, max_n: int, capacity: int) -> Plan:
     check_model_name(req.model, limits.name)
     _refuse_unsupported(req)
+    if req.max_tokens == 0 and not req.echo:
+        raise APIError(
+            400,
+            "max_tokens: 0 generates nothing; it is allowed only with echo (to score the prompt)",
+            param="max_tokens",
+            code="invalid_value",
+        )
     prompts = req.prompts()
     _check_count(req.n, len(prompts), max_n, capacity)
-    choices, all_ids = [], []
+    # echo with logprobs scores the prompt too (teacher forcing, as OpenAI's legacy API and vLLM).
+    prompt_logprobs = req.logprobs if req.echo else None
+    choices, all_ids, texts = [], [], []
     for p_index, prompt in enumerate(prompts):
         ids = limits.encode(prompt, True) if isinstance(prompt, str) else list(prompt)
         ids = _check_prompt(limits, ids, "prompt")
         all_ids.append(ids)
+        if req.echo:
+            texts.append(prompt if isinstance(prompt, str) else _decode(limits, ids))
         max_tokens = _max_tokens(
             limits, req.max_tokens, len(ids), COMPLETION_DEFAULT_MAX_TOKENS, "max_tokens", "prompt"
         )
         for j in range(req.n):
-            params = _sampling_params(req, max_tokens, j, req.logprobs)
+            params = _sampling_params(req, max_tokens, j, req.logprobs, prompt_logprobs)
             choices.append(Choice(p_index * req.n + j, p_index, params))
-    return Plan(all_ids, choices)
+    return Plan(all_ids, choices, echo=req.echo, prompt_texts=tuple(texts))
+
+
+def _decode(limits: ModelLimits, ids: list[int]) -> str:
+    if limits.decode is None:
+        raise APIError(400, "echo: this server cannot decode token-id prompts", param="echo", code="invalid_value")
+    return limits.decode(ids)
 
 
 def plan_chat(req: ChatCompletionRequest, limits: ModelLimits, *, max_n: int, capacity: int) -> Plan:

@@ -13,6 +13,7 @@ from tandem.engine import TokenLogprob
 __all__ = [
     "usage",
     "completion_logprobs",
+    "echo_logprobs",
     "chat_logprobs",
     "completion_choice",
     "chat_choice",
@@ -41,20 +42,44 @@ def api_finish_reason(reason: str | None) -> str | None:
     return "length" if reason == "abort" else reason
 
 
-def completion_logprobs(entries: Sequence[TokenLogprob], token_text: TokenText, text_offset: int = 0) -> dict:
-    """The legacy completions shape: parallel lists, offsets into the choice's text."""
+def completion_logprobs(
+    entries: Sequence[TokenLogprob | None],
+    token_text: TokenText,
+    text_offset: int = 0,
+    token_ids: Sequence[int] | None = None,
+) -> dict:
+    """The legacy completions shape: parallel lists, offsets into the choice's text.
+
+    With echo the entries start with the prompt's: the first prompt token has no logprob (None
+    entry, as in OpenAI's API: null logprob and null top_logprobs); token_ids then name each token."""
     tokens, token_logprobs, top, offsets = [], [], [], []
-    for entry in entries:
-        text = token_text(entry.token_id)
+    for i, entry in enumerate(entries):
+        text = token_text(entry.token_id if entry is not None else token_ids[i])
         tokens.append(text)
+        offsets.append(text_offset)
+        text_offset += len(text)
+        if entry is None:
+            token_logprobs.append(None)
+            top.append(None)
+            continue
         token_logprobs.append(entry.logprob)
         alternatives: dict[str, float] = {}
         for t, lp in sorted(entry.top.items(), key=lambda kv: -kv[1]):
             alternatives.setdefault(token_text(t), lp)  # ids with the same text: keep the likelier
         top.append(alternatives)
-        offsets.append(text_offset)
-        text_offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+
+
+def echo_logprobs(
+    prompt_ids: Sequence[int],
+    prompt_entries: Sequence[TokenLogprob | None] | None,
+    entries: Sequence[TokenLogprob],
+    token_text: TokenText,
+) -> dict:
+    """Logprobs of an echoed prompt followed by the completion's tokens, offsets from the prompt's start."""
+    prompt_entries = prompt_entries if prompt_entries is not None else [None] * len(prompt_ids)
+    ids = [*prompt_ids, *(e.token_id for e in entries)]
+    return completion_logprobs([*prompt_entries, *entries], token_text, 0, ids)
 
 
 def _chat_token(token_id: int, logprob: float, token_text: TokenText) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 Strict: "5" is not an integer and true is not a number, as in OpenAI's API. Unknown fields are
 ignored (clients send newer OpenAI fields), but fields tandem cannot honour with a non-default
-value (penalties, logit_bias, tools, echo...) are refused later with a 400 naming them, rather than
-silently ignored.
+value (penalties, logit_bias, tools, suffix...) are refused later with a 400 naming them, rather
+than silently ignored.
 """
 
 from __future__ import annotations
@@ -118,6 +118,7 @@ Prompt = str | list[str] | list[int] | list[list[int]]
 
 class CompletionRequest(_SamplingFields):
     prompt: Prompt
+    max_tokens: int | None = Field(None, ge=0)  # 0 with echo: score the prompt, generate nothing
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
     suffix: str | None = None

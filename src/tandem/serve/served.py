@@ -66,6 +66,7 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
             max_num_seqs=config.max_num_seqs,
             max_prefill_tokens=config.max_prefill_tokens,
             num_threads=config.threads,
+            enable_prefix_caching=config.enable_prefix_caching,
         ),
     )
     tokenizer = model.tokenizer
@@ -76,6 +77,7 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
         validate_ids=engine.validate_prompt,
         render_chat=lambda messages: tokenizer.apply_chat_template(messages, add_generation_prompt=True),
         bos_token=tokenizer.bos_token,
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
     )
     return ServedModel(
         name=limits.name,

@@ -75,9 +75,12 @@ class ServerState:
             lambda: EngineStats(
                 running=async_engine.num_running,
                 waiting=async_engine.num_waiting,
-                prompt_tokens=engine.num_prompt_tokens,
+                # Prefilled or taken from the prefix cache, as vLLM counts prompt tokens.
+                prompt_tokens=engine.num_prompt_tokens + engine.prefix_cache_hits,
                 generation_tokens=engine.num_generated_tokens,
                 drafted_tokens=engine.num_drafted_tokens,
                 accepted_tokens=engine.num_accepted_tokens,
+                prefix_cache_queries=engine.prefix_cache_queries,
+                prefix_cache_hits=engine.prefix_cache_hits,
             ),
         )
