@@ -10,7 +10,7 @@ setup:
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,plots]'
 	-$(BIN)/python -m tandem.kernels  # C kernels for this CPU; without a compiler, torch paths serve
 
 lint:

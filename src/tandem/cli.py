@@ -53,7 +53,12 @@ def _register_optional_groups() -> None:
     # Sub-commands live beside the code they drive; each registers itself here.
     import importlib
 
-    for module, name in (("tandem.zoo.cli", "zoo"), ("tandem.serve.cli", "serve"), ("tandem.optimize.cli", None)):
+    for module, name in (
+        ("tandem.zoo.cli", "zoo"),
+        ("tandem.serve.cli", "serve"),
+        ("tandem.optimize.cli", None),
+        ("tandem.sim.cli", "sim_command"),
+    ):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
