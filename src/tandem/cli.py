@@ -9,7 +9,40 @@ import click
 __all__ = ["main", "cli"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """Commands that live in a package importing torch are imported when run, never to list them:
+    `tandem --help` and the scheduling layer's commands (`tandem sim`) load no torch."""
+
+    # name -> (module, attribute, one-line help shown by `tandem --help`)
+    lazy: dict[str, tuple[str, str, str]] = {
+        "optimizers": ("tandem.optimize.cli", "optimizers_command", "List every registered optimizer."),
+        "profile": ("tandem.optimize.cli", "profile_command",
+                    "Measure a recipe's Profile, or import one from the splitwise GPU timings."),
+        "bench": ("tandem.optimize.cli", "bench_command", "Run one workload through recipes and transformers."),
+    }  # fmt: skip
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy and name not in self.commands:
+            import importlib
+
+            module, attribute, _ = self.lazy[name]
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, self.lazy[name][2] if name in self.lazy and name not in self.commands
+             else self.commands[name].get_short_help_str(formatter.width - 6))
+            for name in self.list_commands(ctx)
+        ]  # fmt: skip
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tandem")
 def cli() -> None:
     """tandem: an LLM inference platform (optimization layer + scheduling layer)."""
@@ -56,7 +89,6 @@ def _register_optional_groups() -> None:
     for module, name in (
         ("tandem.zoo.cli", "zoo"),
         ("tandem.serve.cli", "serve"),
-        ("tandem.optimize.cli", None),
         ("tandem.sim.cli", "sim_command"),
     ):
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -131,3 +132,39 @@ def test_needs_a_profile():
     ctx = ScaleContext(0.0, "v", 1, 1, (), WIDE, PolicyState())
     with pytest.raises(ValueError, match="Profile"):
         capacity(ctx, PARAMS)
+
+
+def test_a_paged_kv_budget_caps_the_slo_batch():
+    prof = replace(profile({1: 20.0, 4: 60.0, 8: 80.0, 16: 96.0}), kv_cache_tokens=4000)
+    assert slo_capacity(prof, 0.1).batch == 8  # slots and speed alone
+    assert slo_capacity(prof, 0.1, tokens_per_sequence=1000).batch == 4  # 4000 tokens hold 4 such sequences
+    assert slo_capacity(SLOW, 0.1, tokens_per_sequence=1000).batch == 8  # no paged budget: slots only
+
+
+def burst_series(params, seconds=400, burst=(100, 110)):
+    """Work arriving at 1 replica's worth, and 10x that for 10 s; returns (time, desired) per 2 s tick."""
+    policy = functools.partial(capacity, params=params)
+    state, current, out = PolicyState(), 1, []
+    for t in range(0, seconds, 2):
+        scale = 10.0 if burst[0] <= t < burst[1] else 1.0
+        demand = TokenDemand(0.0, 80.0 * scale, 0.8 * scale)  # 100 output tokens per request, SLOW's capacity 80
+        ctx = ScaleContext(float(t), "v", current, current, (), WIDE, state, demand, profile=SLOW)
+        current, state = policy(ctx)
+        out.append((t, current))
+    return out
+
+
+def test_with_a_ttft_slo_the_fleet_keeps_room_for_the_bursts_it_has_seen():
+    quick = {"tpot_slo_s": 0.1, "horizon_s": 0.0, "level_time_s": 5.0}
+    plain = dict(burst_series(CapacityParams(**quick)))
+    aware = dict(burst_series(CapacityParams(**quick, ttft_slo_s=2.0, burst_memory_s=200)))
+    assert plain[100] == aware[100] == 10  # both follow the burst while it lasts
+    assert plain[240] == 1  # then the plain forecast forgets it after its 60 s stabilization ...
+    assert aware[240] >= 8  # ... while the burst-aware one is ready for the next (10 s x 10 / (10 s + 1 s))
+    assert aware[398] == 1  # and lets it go once the burst is older than its memory
+
+
+def test_burst_room_shrinks_with_a_looser_ttft_slo():
+    tight = dict(burst_series(CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, level_time_s=5.0, ttft_slo_s=2.0)))
+    loose = dict(burst_series(CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, level_time_s=5.0, ttft_slo_s=20.0)))
+    assert loose[240] < tight[240]  # a queue may absorb more of the burst: 10 s x 10 / (10 s + 10 s) = 5

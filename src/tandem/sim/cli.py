@@ -105,11 +105,11 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
 @click.option("--node-accelerators", type=click.IntRange(min=0), default=0, help="Accelerators per node (0: ignore).")
 @click.option("--max-replicas", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option(
-    "--hpa-utilization",
+    "--target-utilization",
     type=click.FloatRange(0, 1, min_open=True),
     default=0.7,
     show_default=True,
-    help="hpa's target concurrency as a share of the SLO batch",
+    help="hpa's and kpa's target concurrency as a share of the SLO batch (Knative's default)",
 )
 @click.option("--tick-s", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
 @click.option(
@@ -137,7 +137,7 @@ def sim_command(
     node_memory_gb,
     node_accelerators,
     max_replicas,
-    hpa_utilization,
+    target_utilization,
     tick_s,
     warmup_s,
     seed,
@@ -151,7 +151,7 @@ def sim_command(
     from tandem.data import ATTRIBUTION, CONVERSATION_TRACE
     from tandem.schedule.packing import NodeShape
     from tandem.sim.experiment import POLICY_NAMES, Slo, run_experiment
-    from tandem.sim.report import results_table, write_html, write_json
+    from tandem.sim.report import results_tables, write_html, write_json
     from tandem.sim.simulator import SimConfig
     from tandem.sim.trace import compress
     from tandem.sim.trace import fit_context as fit
@@ -204,7 +204,7 @@ def sim_command(
             config=config,
             node=node,
             max_replicas=max_replicas,
-            utilization=hpa_utilization,
+            utilization=target_utilization,
             progress=lambda m: console.log(m),
         )
     except ValueError as exc:
@@ -224,9 +224,11 @@ def sim_command(
         f"tandem sim: {label}, {len(trace)} requests, {duration / 3600:.2f} h; "
         f"SLO TTFT {slo_ttft_s:g} s, TPOT {slo_tpot_s:g} s"
     )
-    Console().print(results_table(rows, title))
+    out = Console(width=None if sys.stdout.isatty() else 160)  # a pipe or a file gets every column
+    for table in results_tables(rows, title):
+        out.print(table)
     for line in attribution:
-        Console().print(f"Data: {line}")
+        out.print(f"Data: {line}")
     console.print(f"{len(rows)} simulations in {wall:.1f} s: {simulated / wall:,.0f} simulated seconds per wall second")
 
     payload = {

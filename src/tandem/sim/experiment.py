@@ -6,9 +6,11 @@ How each policy is set up from the variant's Profile and the SLO (the same for e
   (`sizing.static_peak_replicas`), held all along.
 - `hpa`: Kubernetes' algorithm and defaults (10% tolerance, 300 s scale-down stabilization, up by
   max(100%, 4 pods) per 15 s) on in-flight requests per replica, target `utilization` x the
-  Profile's SLO batch (the most concurrent sequences one replica serves within the TPOT SLO).
+  Profile's SLO batch (the most concurrent sequences one replica serves within the TPOT SLO, with
+  the trace's prompts beside them and within its KV budget): what an operator who load-tested a
+  replica at the SLO would set.
 - `kpa`: Knative's algorithm and defaults (60 s stable / 6 s panic windows, panic at 200%),
-  container concurrency = the SLO batch at its default 70% target utilization.
+  container concurrency = the SLO batch, at target utilization `utilization` (Knative's default 0.7).
 - `capacity`: tandem's policy on the Profile's capacity at the TPOT SLO, forecast over the cold
   start, with a persistent tier sized for the trace's quietest minute.
 
@@ -154,11 +156,11 @@ def _policy(
     elif name == "hpa":
         params = HpaParams(target=max(1.0, utilization * cap.batch))
         limits = hpa_limits(1, max_replicas)
-        setup = {"target_concurrency": params.target}
+        setup = {"target_concurrency": params.target, "utilization": utilization}
     elif name == "kpa":
-        params = KpaParams(target_concurrency=float(cap.batch))
+        params = KpaParams(target_concurrency=float(cap.batch), target_utilization=utilization)
         limits = kpa_limits(1, max_replicas)
-        setup = {"target_concurrency": params.target}
+        setup = {"target_concurrency": params.target, "utilization": utilization}
     elif name == "capacity":
         quiet = quiet_demand(trace, profile, slo.tpot_s, duration_s)
         params = CapacityParams(
@@ -221,7 +223,7 @@ def run_experiment(
     utilization: float = 0.7,
     progress: Callable[[str], None] | None = None,
 ) -> list[PairResult]:
-    """Every (variant, policy) pair, variants outer. `utilization`: hpa's target share of the SLO batch."""
+    """Every (variant, policy) pair, variants outer. `utilization`: hpa's and kpa's target share of the SLO batch."""
     for name in policies:
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")

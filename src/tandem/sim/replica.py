@@ -72,7 +72,6 @@ class SimReplica:
         self.decoding: list[tuple[float, int, SimSequence]] = []  # heap of (counter value when done, seq no, seq)
         self.counter = 0.0  # tokens each decoding sequence has produced since the replica started
         self.kv_used = 0
-        self.tokens_out = 0.0  # output tokens produced, for the demand meter
         self._seq_no = 0
 
     @property
@@ -132,7 +131,6 @@ class SimReplica:
             elapsed = nxt - t
             if n:
                 self.counter += elapsed / iteration
-                self.tokens_out += n * elapsed / iteration
             if self.prefilling:
                 head = self.prefilling[0]
                 head.prefill_left -= elapsed * prefill_speed if elapsed > 0 else 0.0
@@ -140,7 +138,6 @@ class SimReplica:
                     self.prefilling.popleft()
                     head.prefill_left = 0.0
                     head.first_token_s = nxt
-                    self.tokens_out += 1
                     if head.output_tokens <= 1:
                         self._finish(head, nxt, done)
                     else:

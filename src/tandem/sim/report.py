@@ -16,9 +16,9 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["results_table", "write_html", "write_json"]
+__all__ = ["results_tables", "write_html", "write_json"]
 
-_COLUMNS = (
+_COST = (
     ("variant", "variant", str),
     ("policy", "policy", str),
     ("source", "profile_source", str),
@@ -28,17 +28,23 @@ _COLUMNS = (
     ("peak", "peak_replicas", "{}"),
     ("mean", "mean_replicas", "{:.2f}"),
     ("min", "min_replicas", "{}"),
+    ("$/day", "cost_usd_per_day", "{:.2f}"),
+    ("$/M out", "usd_per_million_output_tokens", "{:.3f}"),
+    ("scale events", "scale_events", "{}"),
+)
+_SERVICE = (
+    ("variant", "variant", str),
+    ("policy", "policy", str),
     ("SLO met", "slo_attainment", "{:.2%}"),
     ("TTFT p50", "ttft_p50_s", "{:.2f}s"),
     ("TTFT p99", "ttft_p99_s", "{:.2f}s"),
     ("TPOT p50", "tpot_p50_s", "{:.3f}s"),
     ("TPOT p99", "tpot_p99_s", "{:.3f}s"),
-    ("$/day", "cost_usd_per_day", "{:.2f}"),
-    ("$/M out", "usd_per_million_output_tokens", "{:.3f}"),
-    ("scale events", "scale_events", "{}"),
+    ("served", "served", "{}"),
     ("lost", "lost", "{}"),
     ("unserved", "unserved", "{}"),
 )
+_COLUMNS = _COST + _SERVICE[2:]
 
 
 def _cell(value: Any, fmt: Any) -> str:
@@ -47,19 +53,23 @@ def _cell(value: Any, fmt: Any) -> str:
     return fmt(value) if callable(fmt) else fmt.format(value)
 
 
-def _columns(rows: Sequence[dict]) -> list[tuple[str, str, Any]]:
+def _columns(rows: Sequence[dict], group=_COLUMNS) -> list[tuple[str, str, Any]]:
     """Drop the columns no row has (no packing: no node-hours; no prices: no dollars)."""
-    return [c for c in _COLUMNS if any(row.get(c[1]) is not None for row in rows)]
+    return [c for c in group if any(row.get(c[1]) is not None for row in rows)]
 
 
-def results_table(rows: Sequence[dict], title: str) -> Table:
-    table = Table(title=title)
-    columns = _columns(rows)
-    for header, _, _ in columns:
-        table.add_column(header, justify="left" if header in ("variant", "policy", "source") else "right")
-    for row in rows:
-        table.add_row(*(_cell(row.get(key), fmt) for _, key, fmt in columns))
-    return table
+def results_tables(rows: Sequence[dict], title: str) -> list[Table]:
+    """Two tables (what the fleet costs; how it served), narrow enough for a terminal."""
+    tables = []
+    for caption, group in ((f"{title}: cost", _COST), (f"{title}: service", _SERVICE)):
+        table = Table(title=caption)
+        columns = _columns(rows, group)
+        for header, _, _ in columns:
+            table.add_column(header, justify="left" if header in ("variant", "policy", "source") else "right")
+        for row in rows:
+            table.add_row(*(_cell(row.get(key), fmt) for _, key, fmt in columns))
+        tables.append(table)
+    return tables
 
 
 def write_json(path: str | Path, payload: dict) -> None:

@@ -4,7 +4,8 @@ The fleet is a FakeBackend whose replicas take the Profile's cold start to get r
 replica is a SimReplica serving at the Profile's measured speeds. Requests that find no ready
 replica wait at the (simulated) gateway, as the real one buffers them. Each `dt` step: arrivals,
 dispatch (the real router over the replicas' loads), replica progress; every `tick_s`: one
-Controller.tick(), exactly as in production.
+Controller.tick(), exactly as in production. The policies see what the gateway sees: in-flight
+and buffered requests, and a DemandMeter fed each request's tokens when it finishes.
 
 Before the trace's window [0, duration) the fleet is warmed up: it starts at the policy's minimum
 and serves `warmup` requests (by default the trace's own first `warmup_s` seconds, replayed before
@@ -44,6 +45,7 @@ class SimConfig:
     warmup_s: float = 300.0  # replay the trace's first seconds before 0 (0: start cold at the minimum)
     demand_window_s: float = 10.0
     prefill_chunk_tokens: int = 512  # prompt tokens per engine iteration (tandem's max_prefill_tokens)
+    boot_s: float | None = None  # how long a replica takes to start, when measured apart (None: the Profile's)
     run_tail: bool = False  # keep ticking for all of tail_s, even once every request is done
     controller: ControllerConfig = ControllerConfig()
 
@@ -134,8 +136,9 @@ def simulate(
         span = max(config.warmup_s, warm[-1].arrival_s) if warm else 0.0
         warmup = [TraceRequest(r.arrival_s - span, r.prompt_tokens, r.output_tokens) for r in warm]
     start = min((r.arrival_s for r in warmup), default=0.0)
-    clock = _Clock(math.floor(start) - profile.cold_start_s - config.tick_s)  # the minimum fleet is ready first
-    backend = FakeBackend(clock, startup_s=profile.cold_start_s)
+    boot = profile.cold_start_s if config.boot_s is None else config.boot_s
+    clock = _Clock(math.floor(start) - boot - config.tick_s)  # the minimum fleet is ready first
+    backend = FakeBackend(clock, startup_s=boot)
     sims: dict[str, SimReplica] = {}
     demand = DemandMeter(config.demand_window_s)
     gateway: deque[SimSequence] = deque()
@@ -184,7 +187,6 @@ def simulate(
             in_flight += 1
             if counted:
                 result.requests.append(seq)
-            demand.record(variant.name, max(now, seq.arrival_s), prompt_tokens=seq.prompt_tokens)
         replicas = backend.list()
         _dispatch(gateway, replicas, router, load_of, sim_of, now)
         result.max_buffered = max(result.max_buffered, len(gateway))
@@ -194,11 +196,10 @@ def simulate(
             result.lost_requests.extend(gone)
             in_flight -= len(gone)
         for replica in replicas:
-            sim = sim_of(replica)
-            before = sim.tokens_out
-            in_flight -= len(sim.step(now, dt))
-            if sim.tokens_out > before:
-                demand.record(variant.name, now + dt, output_tokens=int(round(sim.tokens_out - before)))
+            for seq in sim_of(replica).step(now, dt):
+                in_flight -= 1
+                # As the gateway counts: a request's prompt and output tokens once it has finished.
+                demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens)
         if 0 <= now < duration:
             live = sum(1 for r in replicas if r.live)
             result.replica_seconds += len(replicas) * min(dt, duration - now)

@@ -6,9 +6,9 @@
   larger capacity, so the same traffic needs fewer replicas; the scheduler does not change a line.
 - Work is counted in replicas kept busy: prompt tokens/s over the prefill rate plus output
   tokens/s over that capacity. It is the largest of three readings of the gateway's counts: the
-  arrivals (prompts, and requests times the output per request seen so far), what was served, and
-  what the in-flight sequences need at the SLO pace (in-flight x 1 / tpot; served tokens saturate
-  at capacity, so without it a queue would never show up as demand).
+  arrivals (the growth of in-flight requests plus the completions, times the tokens per request
+  seen so far), what was served, and what the in-flight sequences need at the SLO pace (in-flight
+  x 1 / tpot; served tokens saturate at capacity, so without it a queue would never show up).
 - Forecast: Holt's linear smoothing (level + trend) of the work, projected over the replicas' cold
   start: what is started now serves the demand of then. The forecast only adds: the present
   demand is never undersized.
@@ -49,6 +49,7 @@ class CapacityParams:
     min_tier_prompt_tokens_per_s: float = 0.0  # ... and its prompt demand (prefill time)
     min_tier_tokens_per_sequence: float = 0.0  # ... and its tokens per request (KV memory)
     mix_smoothing: float = 0.05  # EWMA weight of each tick's token mix (prompt/output, per request)
+    arrival_time_s: float = 2.0  # time constant of the arrival rate's smoothing (0: none)
 
     def __post_init__(self) -> None:
         if self.tpot_slo_s <= 0 or not 0 < self.target_utilization <= 1:
@@ -100,14 +101,25 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
             out_per_request = _ewma(out_per_request, demand.output_tokens_per_s / demand.requests_per_s, weight)
     cap = slo_capacity(profile, params.tpot_slo_s, mix or 0.0, seq_tokens or 0.0)
 
+    # Arrivals, by flow conservation: the growth of what is in flight plus what finished since the last
+    # tick. The gateway counts a request's tokens when it finishes, which lags a burst and is capped by
+    # what the fleet can serve; the in-flight count moves the moment requests arrive.
+    arrivals = state.arrivals
+    if state.in_flight is not None and state.updated_at is not None and ctx.now > state.updated_at:
+        dt = ctx.now - state.updated_at
+        sample = max(0.0, (ctx.in_flight - state.in_flight) / dt + demand.requests_per_s)
+        weight = 1.0 - math.exp(-dt / params.arrival_time_s) if params.arrival_time_s > 0 else 1.0
+        arrivals = sample if arrivals is None else weight * sample + (1 - weight) * arrivals
+    arrivals = demand.requests_per_s if arrivals is None else arrivals
     prompt = demand.prompt_tokens_per_s
-    arriving = _work(profile, cap, demand.requests_per_s * (out_per_request or 0.0), prompt)
-    backlog = max(demand.output_tokens_per_s, ctx.in_flight / params.tpot_slo_s)
-    observed = max(arriving, _work(profile, cap, backlog, prompt))
+    per_request = (seq_tokens or 0.0) - (out_per_request or 0.0)
+    arriving = _work(profile, cap, arrivals * (out_per_request or 0.0), arrivals * per_request)
+    backlog = _work(profile, cap, max(demand.output_tokens_per_s, ctx.in_flight / params.tpot_slo_s), prompt)
+    observed = max(arriving, backlog)
     horizon = profile.cold_start_s if params.horizon_s is None else params.horizon_s
     level, trend = holt(state.level, state.trend, state.updated_at, observed, ctx.now, params.level_time_s,
                         params.trend_time_s)  # fmt: skip
-    predicted = max(observed, level + trend * horizon, 0.0)
+    predicted = max(backlog, level + trend * horizon, 0.0)  # the smoothed arrivals, never below the backlog
 
     samples = state.samples
     if params.ttft_slo_s is not None and math.isfinite(arriving):
@@ -130,6 +142,8 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         mix=mix,
         seq_tokens=seq_tokens,
         out_per_request=out_per_request,
+        in_flight=ctx.in_flight,
+        arrivals=arrivals,
         notes=(
             ("arriving", arriving),
             ("observed", observed),

@@ -87,6 +87,8 @@ class PolicyState:
     mix: float | None = None  # capacity: prompt tokens per output token of the traffic (smoothed)
     seq_tokens: float | None = None  # capacity: prompt + output tokens per request (smoothed)
     out_per_request: float | None = None  # capacity: output tokens per request (smoothed)
+    in_flight: int | None = None  # capacity: in-flight requests at the last tick (arrivals = growth + completions)
+    arrivals: float | None = None  # capacity: requests arriving per second (smoothed)
     notes: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # last decision's inputs, for logs
 
 
