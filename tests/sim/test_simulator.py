@@ -28,7 +28,7 @@ from tandem.sim import SimConfig, compress, load_trace, poisson_trace, simulate
 
 LIMITS = ScaleLimits(min_replicas=1, max_replicas=10, max_scale_up_rate=2.0, max_scale_down_rate=2.0)
 CONFIG = SimConfig(ttft_slo_s=2.0, tpot_slo_s=0.05, tail_s=300, warmup_s=0)
-CAPACITY = functools.partial(capacity, params=CapacityParams(tpot_slo_s=0.05, ttft_slo_s=2.0))
+CAPACITY = functools.partial(capacity, params=CapacityParams(tpot_slo_s=0.05, ttft_slo_s=2.0, burst_memory_s=300))
 
 
 def variant(speed: float = 1.0, cold_start_s: float = 30.0) -> Variant:
@@ -64,7 +64,7 @@ def test_trace_loads_relative_times_and_windows(trace):
 
 
 def test_capacity_policy_serves_the_trace_within_the_slo_for_a_fraction_of_a_static_fleet(trace):
-    config = replace(CONFIG, run_tail=True, warmup_s=120, tail_s=900)  # bursts are remembered for 600 s
+    config = replace(CONFIG, run_tail=True, warmup_s=120, tail_s=900)  # bursts are remembered for 300 s
     result = simulate(trace, variant(), CAPACITY, LIMITS, config=config, duration_s=600)
     assert (result.served, result.lost, result.unserved) == (len(trace), 0, 0)
     assert result.slo_attainment >= 0.99
@@ -120,7 +120,7 @@ def test_kpa_panics_on_a_burst_and_comes_back_down():
 
 
 def test_capacity_scales_one_to_n_and_back_on_a_burst():
-    config = replace(CONFIG, run_tail=True, tail_s=900)  # it keeps room for a burst for 600 s after it
+    config = replace(CONFIG, run_tail=True, tail_s=900)  # it keeps room for a burst for 300 s after it
     result = simulate(burst_trace(), variant(), CAPACITY, LIMITS, config=config, policy_name="capacity")
     assert result.timeline[0][1] == 1 and result.peak >= 3 and result.timeline[-1][1] == 1
     assert result.decisions["up"] >= 1 and result.decisions["down"] >= 1

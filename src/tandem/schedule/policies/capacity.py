@@ -38,8 +38,8 @@ __all__ = ["CapacityParams", "SloCapacity", "capacity", "slo_capacity", "tier_re
 class CapacityParams:
     tpot_slo_s: float = 0.1  # time per output token each sequence must keep (10 tokens/s)
     ttft_slo_s: float | None = None  # time to first token; None: no burst headroom
-    queue_share: float = 0.5  # the share of the TTFT SLO a request may spend queued (the rest: its prefill)
-    burst_memory_s: float = 600.0  # how far back the bursts the fleet keeps room for reach
+    queue_share: float = 0.75  # the share of the TTFT SLO a request may spend queued (the rest: its prefill)
+    burst_memory_s: float = 1800.0  # how far back the bursts the fleet keeps room for reach
     target_utilization: float = 1.0  # plan replicas busy at most this fraction of their capacity
     level_time_s: float = 20.0  # Holt level: time constant of its smoothing (0: none)
     trend_time_s: float = 120.0  # Holt trend: time constant (longer than a cold start: ramps, not noise)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 __all__ = ["burst_rate", "holt"]
 
 
@@ -46,19 +48,17 @@ def burst_rate(samples: tuple[tuple[float, float], ...], delay_s: float, shortes
     """
     if len(samples) < 2:
         return samples[0][1] if samples else 0.0
-    times = [t for t, _ in samples]
-    work = [0.0]
-    for (t0, _), (t1, rate) in zip(samples, samples[1:], strict=False):
-        work.append(work[-1] + rate * (t1 - t0))
+    points = np.asarray(samples, dtype=float)
+    times, rates = points[:, 0], points[:, 1]
+    work = np.concatenate(([0.0], np.cumsum(rates[1:] * np.diff(times))))  # work arrived up to each sample
     span, best, window = times[-1] - times[0], 0.0, max(shortest_s, 1e-9)
     while True:
-        start = 0
-        for end in range(1, len(times)):
-            while start + 1 < end and times[end] - times[start + 1] >= window:
-                start += 1
-            length = times[end] - times[start]
-            if length >= window * (1 - 1e-9):
-                best = max(best, (work[end] - work[start]) / (length + delay_s))
+        # For every end, the latest sample at least `window` before it: the shortest window of that length.
+        start = np.searchsorted(times, times - window * (1 - 1e-9), side="right") - 1
+        valid = start >= 0
+        if valid.any():
+            ends, starts = np.nonzero(valid)[0], start[valid]
+            best = max(best, float(np.max((work[ends] - work[starts]) / (times[ends] - times[starts] + delay_s))))
         if window >= span:
             return best
         window = min(window * 2, span)
