@@ -10,11 +10,13 @@
 3. Simulated run: the same slice, Profile, policy, limits and controller interval in `tandem.sim`.
 4. Replica-seconds, TTFT p50 and SLO attainment must agree within 20%.
 
-The machine is shared: other jobs on its 2 cores change a replica's speed by several times within
-minutes. So the benchmark raises its own priority (--nice, inherited by the profiler, the gateway
-and the replicas: root only) for its few minutes, the Profile is measured again after the real run,
-and a run counts only if the two agree within --max-drift (the speed held still); otherwise it is
-recorded and tried again. The
+The machine is shared: other jobs on its 2 cores change the CPU a replica gets by several times
+within minutes (the kernel shares the CPU between sessions, not processes: each replica and the
+profiler run in their own session). The simulator needs the replicas' speed during the run, so
+the Profile is rescaled by the CPU share a busy single-threaded process (a probe in its own
+session, running throughout) got during the run against what it got while the Profile was
+measured. The Profile is measured again after the run; a run counts only if the two rescaled
+Profiles agree within --max-drift; otherwise it is recorded and tried again. The
 slice's rate is sized from the Profile (--load: replicas of work), so the fleet has to scale.
 
     .venv/bin/python benchmarks/sim_validate.py                     # -> results/sim_validation.json
@@ -26,8 +28,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
-import os
 import random
 import shlex
 import signal
@@ -53,6 +55,54 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = ROOT / "models" / "tandem-code-target"
 NAME = "v"
+
+
+PROBE = """
+import time
+while True:
+    wall, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < 0.5:
+        sum(range(20000))
+    print(time.perf_counter(), time.process_time() - cpu, time.perf_counter() - wall, flush=True)
+"""
+
+
+class CpuShare:
+    """A busy single-threaded process in its own session: the share of a CPU such a process gets now.
+
+    The kernel divides the CPU between sessions, so a replica (its own session, one torch thread)
+    gets what the probe gets; `share(start, end)` is the probe's CPU seconds over wall seconds.
+    """
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)  # fmt: skip
+        self.samples: list[tuple[float, float, float]] = []  # (time, cpu seconds, wall seconds)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            at, cpu, wall = (float(x) for x in line.split())
+            self.samples.append((at, cpu, wall))
+
+    def share(self, start: float, end: float) -> float:
+        inside = [(cpu, wall) for at, cpu, wall in self.samples if start <= at <= end]
+        return sum(c for c, _ in inside) / sum(w for _, w in inside) if inside else float("nan")
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def rescaled(profile: Profile, factor: float) -> Profile:
+    """The Profile at `factor` x its speed (the CPU share the replicas had against the profiler's)."""
+    return dataclasses.replace(
+        profile,
+        decode_tokens_per_s={b: r * factor for b, r in profile.decode_tokens_per_s.items()},
+        prefill_tokens_per_s=profile.prefill_tokens_per_s * factor,
+        source="projected",
+        source_note=f"measured here, x{factor:.3f}: the CPU share during the run against during the measurement",
+    )
 
 
 def measure_profile(recipe: str, threads: int, slots: int, out: Path) -> Profile:
@@ -210,14 +260,16 @@ def run_real(args, work: Path, deployment: dict, trace, texts: list[str], durati
     }
 
 
-def run_sim(args, profile: Profile, params: dict, trace, duration: float, boot_s: float) -> dict:
-    """The same slice, Profile, policy, limits and interval in tandem.sim. The replicas boot as long
+def run_sim(args, profile: Profile, serving: Profile, params: dict, trace, duration: float, boot_s: float) -> dict:
+    """The same slice, Profile (the policy's, as the gateway had it), policy, limits and interval in
+    tandem.sim. The replicas serve at `serving` (the Profile at the run's CPU share) and boot as long
     as the gateway's first one took here (a process start; the Profile counts only load + first token)."""
     config = SimConfig(tick_s=args.interval_s, ttft_slo_s=args.slo_ttft_s, tpot_slo_s=args.slo_tpot_s, warmup_s=0,
                        boot_s=boot_s)  # fmt: skip
     variant = Variant(NAME, profile.recipe, profile=profile)
     policy = make_policy("capacity", CapacityParams(**params))
-    sim = simulate(trace, variant, policy, ScaleLimits(1, args.max_replicas), config=config, duration_s=duration)
+    limits = ScaleLimits(1, args.max_replicas)
+    sim = simulate(trace, variant, policy, limits, config=config, duration_s=duration, serving=serving)
     return {
         "requests": len(sim.requests),
         "lost": sim.lost,
@@ -250,52 +302,59 @@ def main() -> None:
         help="a run counts only if the Profiles measured before and after it differ by at most this",
     )
     parser.add_argument("--attempts", type=int, default=3)
-    parser.add_argument("--nice", type=int, default=-10, help="niceness for this run and its children (0: as is)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "sim_validation.json")
     args = parser.parse_args()
-    if args.nice:
-        try:
-            os.nice(args.nice)
-        except PermissionError:
-            print(f"cannot change niceness by {args.nice} (not root); running as is", file=sys.stderr)
-
     attempts = []
     for attempt in range(args.attempts):
         work = Path(tempfile.mkdtemp(prefix="tandem-sim-validate-"))
         load_before = Path("/proc/loadavg").read_text().split()[:3]
-        profile = measure_profile(args.recipe, args.threads, args.slots, work / "profile.json")
-        sliced, length_scale = fit_context(load_trace(start_s=args.start_s, duration_s=args.duration_s),
-                                           profile.max_model_len or 512)  # fmt: skip
-        work_per_s = demand_series(sliced, profile, args.slo_tpot_s, args.duration_s, args.duration_s)[0][1]
-        rate_scale = args.load / work_per_s
-        trace, duration = compress(sliced, rate_scale), args.duration_s / rate_scale
-        texts = prompt_texts([r.prompt_tokens for r in trace], args.seed)
-        params = {"tpot_slo_s": args.slo_tpot_s, "ttft_slo_s": args.slo_ttft_s}
-        deployment = {
-            "model": str(MODEL),
-            "threads": args.threads,
-            "variants": [{"name": NAME, "recipe": profile.recipe, "profile": str(work / "profile.json"),
-                          "replicas": {"min": 1, "max": args.max_replicas},
-                          "args": ["--max-num-seqs", str(args.slots), "--served-model-name", "m"]}],
-            "policy": {"name": "capacity", "interval_s": args.interval_s, "params": params},
-        }  # fmt: skip
-        print(f"attempt {attempt + 1}: {len(trace)} requests over {duration:.0f} s (trace {args.start_s:g}+"
-              f"{args.duration_s:g} s at x{rate_scale:.2f}, lengths x{length_scale:.3f}); {profile.recipe}: "
-              f"{profile.decode_tokens_per_s}", file=sys.stderr)  # fmt: skip
-        real = run_real(args, work, deployment, trace, texts, duration)
-        after = measure_profile(args.recipe, args.threads, args.slots, work / "profile_after.json")
-        simulated = run_sim(args, profile, params, trace, duration, real["replica_boot_s"])
+        probe = CpuShare()
+        try:
+            t0 = time.perf_counter()
+            profile = measure_profile(args.recipe, args.threads, args.slots, work / "profile.json")
+            share_before = probe.share(t0, time.perf_counter())
+            sliced, length_scale = fit_context(load_trace(start_s=args.start_s, duration_s=args.duration_s),
+                                               profile.max_model_len or 512)  # fmt: skip
+            work_per_s = demand_series(sliced, profile, args.slo_tpot_s, args.duration_s, args.duration_s)[0][1]
+            rate_scale = args.load / work_per_s
+            trace, duration = compress(sliced, rate_scale), args.duration_s / rate_scale
+            texts = prompt_texts([r.prompt_tokens for r in trace], args.seed)
+            params = {"tpot_slo_s": args.slo_tpot_s, "ttft_slo_s": args.slo_ttft_s}
+            deployment = {
+                "model": str(MODEL),
+                "threads": args.threads,
+                "variants": [{"name": NAME, "recipe": profile.recipe, "profile": str(work / "profile.json"),
+                              "replicas": {"min": 1, "max": args.max_replicas},
+                              "args": ["--max-num-seqs", str(args.slots), "--served-model-name", "m"]}],
+                "policy": {"name": "capacity", "interval_s": args.interval_s, "params": params},
+            }  # fmt: skip
+            print(f"attempt {attempt + 1}: {len(trace)} requests over {duration:.0f} s (trace {args.start_s:g}+"
+                  f"{args.duration_s:g} s at x{rate_scale:.2f}, lengths x{length_scale:.3f}); {profile.recipe}: "
+                  f"{profile.decode_tokens_per_s}", file=sys.stderr)  # fmt: skip
+            t1 = time.perf_counter()
+            real = run_real(args, work, deployment, trace, texts, duration)
+            share_run = probe.share(t1 + real["replica_boot_s"], time.perf_counter())
+            t2 = time.perf_counter()
+            after = measure_profile(args.recipe, args.threads, args.slots, work / "profile_after.json")
+            share_after = probe.share(t2, time.perf_counter())
+        finally:
+            probe.stop()
+        # The replicas ran at the CPU share of the run; each Profile was measured at its own share.
+        during = rescaled(profile, share_run / share_before)
+        check = rescaled(after, share_run / share_after)
+        simulated = run_sim(args, profile, during, params, trace, duration, real["replica_boot_s"])
         keys = ("replica_seconds", "ttft_p50_s", "slo_attainment")
         difference = {k: simulated[k] / real[k] - 1 if real[k] else None for k in keys}
-        stationary = drift(profile, after) <= args.max_drift
+        stationary = drift(during, check) <= args.max_drift
         attempts.append({
             "load_before": load_before,
-            "niceness": os.nice(0),
             "load_after": Path("/proc/loadavg").read_text().split()[:3],
+            "cpu_share": {"profile_before": share_before, "run": share_run, "profile_after": share_after},
             "profile": json.loads(profile.to_json()),
             "profile_after": json.loads(after.to_json()),
-            "profile_drift": drift(profile, after),
+            "profile_simulated": json.loads(during.to_json()),
+            "profile_drift": drift(during, check),
             "stationary": stationary,
             "trace": {"start_s": args.start_s, "duration_s": args.duration_s, "rate_scale": rate_scale,
                       "length_scale": length_scale, "requests": len(trace), "work_replicas": args.load},
@@ -307,8 +366,9 @@ def main() -> None:
         })  # fmt: skip
         for key in ("replica_seconds", "ttft_p50_s", "tpot_p50_s", "slo_attainment", "peak_replicas"):
             print(f"  {key:16} real {real[key]:10.3f}  sim {simulated[key]:10.3f}", file=sys.stderr)
-        print(f"  errors {real['errors']}, lost {simulated['lost']}, profile drift {drift(profile, after):.0%}, "
-              f"within 20%: {attempts[-1]['within_20_percent']}", file=sys.stderr)  # fmt: skip
+        print(f"  errors {real['errors']}, lost {simulated['lost']}, cpu share {share_before:.2f} / {share_run:.2f} / "
+              f"{share_after:.2f}, drift {drift(during, check):.0%}, within 20%: "
+              f"{attempts[-1]['within_20_percent']}", file=sys.stderr)  # fmt: skip
         if stationary:
             break
     payload = {

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.cluster.fake import FakeBackend
-from tandem.contracts import ReplicaLoad
+from tandem.contracts import Profile, ReplicaLoad
 from tandem.schedule.controller import Controller, ControllerConfig, Pool
 from tandem.schedule.policies.context import Policy, ScaleLimits
 from tandem.schedule.routers import LeastOutstanding, Router, RouteRequest
@@ -119,12 +119,15 @@ def simulate(
     duration_s: float | None = None,
     warmup: Sequence[TraceRequest] | None = None,
     nodes_for: Callable[[int], int] | None = None,
+    serving: Profile | None = None,
 ) -> SimResult:
     """Serve `trace` (arrivals from 0) with `variant`'s replicas sized by `policy`.
 
     `duration_s`: the window (default: up to the last arrival). `warmup`: requests with arrival
     times before 0 (default: the trace's first `config.warmup_s` seconds, shifted before 0).
     `nodes_for(n)`: the nodes n live replicas occupy (packing), integrated into node_seconds.
+    `serving`: the speeds the replicas really have, when they differ from the Profile the scheduler
+    was given (the variant's); default: the variant's.
     """
     profile = variant.profile
     if profile is None:
@@ -146,7 +149,7 @@ def simulate(
 
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:
-            sims[replica.replica_id] = SimReplica(replica.replica_id, profile, config.prefill_chunk_tokens)
+            sims[replica.replica_id] = SimReplica(replica.replica_id, serving or profile, config.prefill_chunk_tokens)
         return sims[replica.replica_id]
 
     def load_of(replica: Replica) -> ReplicaLoad:
