@@ -115,9 +115,9 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
 @click.option(
     "--warmup-s",
     type=click.FloatRange(min=0),
-    default=300.0,
+    default=600.0,
     show_default=True,
-    help="Replay the trace's first seconds before it, so the fleet starts sized",
+    help="Replay the trace's first seconds before it, so the fleet starts sized (longer than hpa's 300 s window)",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic trace.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)

@@ -42,7 +42,7 @@ class SimConfig:
     ttft_slo_s: float = 2.0  # a request meets the SLO when its time to first token ...
     tpot_slo_s: float = 0.1  # ... and its mean time per output token are both within these
     tail_s: float = 900.0  # at most this long after the window to let the last requests finish
-    warmup_s: float = 300.0  # replay the trace's first seconds before 0 (0: start cold at the minimum)
+    warmup_s: float = 600.0  # replay the trace's first seconds before 0 (0: start cold at the minimum)
     demand_window_s: float = 10.0
     prefill_chunk_tokens: int = 512  # prompt tokens per engine iteration (tandem's max_prefill_tokens)
     boot_s: float | None = None  # how long a replica takes to start, when measured apart (None: the Profile's)

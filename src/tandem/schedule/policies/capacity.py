@@ -39,7 +39,7 @@ class CapacityParams:
     tpot_slo_s: float = 0.1  # time per output token each sequence must keep (10 tokens/s)
     ttft_slo_s: float | None = None  # time to first token; None: no burst headroom
     queue_share: float = 0.75  # the share of the TTFT SLO a request may spend queued (the rest: its prefill)
-    burst_memory_s: float = 1800.0  # how far back the bursts the fleet keeps room for reach
+    burst_memory_s: float = 1200.0  # how far back the bursts the fleet keeps room for reach
     target_utilization: float = 1.0  # plan replicas busy at most this fraction of their capacity
     level_time_s: float = 20.0  # Holt level: time constant of its smoothing (0: none)
     trend_time_s: float = 120.0  # Holt trend: time constant (longer than a cold start: ramps, not noise)
@@ -124,8 +124,7 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
     samples = state.samples
     if params.ttft_slo_s is not None and math.isfinite(arriving):
         samples = (*trim_window(samples, ctx.now, params.burst_memory_s), (ctx.now, arriving))
-        burst = burst_rate(samples, params.queue_share * params.ttft_slo_s, shortest_s=1.0)
-        predicted = max(predicted, burst)
+        predicted = max(predicted, burst_rate(samples, params.queue_share * params.ttft_slo_s, shortest_s=1.0))
 
     tier = tier_replicas(profile, params)
     raw = max(_replicas(predicted, params, ctx.limits.max_replicas), tier)
