@@ -13,8 +13,9 @@
   start: what is started now serves the demand of then. The forecast only adds: the present
   demand is never undersized.
 - Bursts (with `ttft_slo_s`): bursts shorter than a cold start come and go before a replica could
-  start, so the fleet keeps the capacity that would have absorbed the arrivals of the last
-  `burst_memory_s` within the queueing share of the TTFT SLO (`forecast.burst_rate`).
+  start, so the fleet keeps the capacity that would have absorbed the bursts (up to a cold start
+  long) of the last `burst_memory_s` within the queueing share of the TTFT SLO
+  (`forecast.burst_rate`); longer rises are followed by the forecast as they come.
 - Scale-down is stabilized (the highest recommendation of the last 60 s); scale-up is immediate.
 - A persistent minimum tier: the replicas needed for `min_tier_*` demand are always kept, however
   quiet it gets (so a faster optimizer shrinks the always-on tier too).
@@ -124,7 +125,8 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
     samples = state.samples
     if params.ttft_slo_s is not None and math.isfinite(arriving):
         samples = (*trim_window(samples, ctx.now, params.burst_memory_s), (ctx.now, arriving))
-        predicted = max(predicted, burst_rate(samples, params.queue_share * params.ttft_slo_s, shortest_s=1.0))
+        delay = params.queue_share * params.ttft_slo_s
+        predicted = max(predicted, burst_rate(samples, delay, shortest_s=1.0, longest_s=max(horizon, 1.0)))
 
     tier = tier_replicas(profile, params)
     raw = max(_replicas(predicted, params, ctx.limits.max_replicas), tier)

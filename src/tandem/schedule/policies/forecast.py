@@ -41,8 +41,10 @@ def holt(
     return new_level, beta * (new_level - level) / dt + (1 - beta) * trend
 
 
-def burst_rate(samples: tuple[tuple[float, float], ...], delay_s: float, shortest_s: float) -> float:
-    """max over windows w (shortest_s, twice that, ... up to the samples' span) of A(w) / (w + delay_s).
+def burst_rate(
+    samples: tuple[tuple[float, float], ...], delay_s: float, shortest_s: float, longest_s: float = math.inf
+) -> float:
+    """max over windows w (shortest_s, twice that, ... up to longest_s or the samples' span) of A(w) / (w + delay_s).
 
     `samples` are (time, rate), oldest first; each rate holds from the previous sample's time to its own.
     """
@@ -51,7 +53,7 @@ def burst_rate(samples: tuple[tuple[float, float], ...], delay_s: float, shortes
     points = np.asarray(samples, dtype=float)
     times, rates = points[:, 0], points[:, 1]
     work = np.concatenate(([0.0], np.cumsum(rates[1:] * np.diff(times))))  # work arrived up to each sample
-    span, best, window = times[-1] - times[0], 0.0, max(shortest_s, 1e-9)
+    span, best, window = min(times[-1] - times[0], longest_s), 0.0, max(shortest_s, 1e-9)
     while True:
         # For every end, the latest sample at least `window` before it: the shortest window of that length.
         start = np.searchsorted(times, times - window * (1 - 1e-9), side="right") - 1
