@@ -126,7 +126,7 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
     if params.ttft_slo_s is not None and math.isfinite(arriving):
         samples = (*trim_window(samples, ctx.now, params.burst_memory_s), (ctx.now, arriving))
         delay = params.queue_share * params.ttft_slo_s
-        predicted = max(predicted, burst_rate(samples, delay, shortest_s=1.0, longest_s=max(horizon, 1.0)))
+        predicted = max(predicted, burst_rate(samples, delay, 1.0, longest_s=max(profile.cold_start_s, 1.0)))
 
     tier = tier_replicas(profile, params)
     raw = max(_replicas(predicted, params, ctx.limits.max_replicas), tier)
