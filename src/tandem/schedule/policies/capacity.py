@@ -38,6 +38,7 @@ __all__ = ["CapacityParams", "SloCapacity", "capacity", "slo_capacity", "tier_re
 @dataclass(frozen=True)
 class CapacityParams:
     tpot_slo_s: float = 0.1  # time per output token each sequence must keep (10 tokens/s)
+    tpot_margin: float = 1.0  # plan batches for this share of the TPOT SLO (the batch varies around the plan)
     ttft_slo_s: float | None = None  # time to first token; None: no burst headroom
     queue_share: float = 0.75  # the share of the TTFT SLO a request may spend queued (the rest: its prefill)
     burst_memory_s: float = 1200.0  # how far back the bursts the fleet keeps room for reach
@@ -53,8 +54,8 @@ class CapacityParams:
     arrival_time_s: float = 2.0  # time constant of the arrival rate's smoothing (0: none)
 
     def __post_init__(self) -> None:
-        if self.tpot_slo_s <= 0 or not 0 < self.target_utilization <= 1:
-            raise ValueError("capacity needs tpot_slo_s > 0 and target_utilization in (0, 1]")
+        if self.tpot_slo_s <= 0 or not 0 < self.target_utilization <= 1 or not 0 < self.tpot_margin <= 1:
+            raise ValueError("capacity needs tpot_slo_s > 0, target_utilization and tpot_margin in (0, 1]")
         if self.level_time_s < 0 or self.trend_time_s < 0 or not 0 < self.mix_smoothing <= 1:
             raise ValueError("capacity needs level_time_s, trend_time_s >= 0 and mix_smoothing in (0, 1]")
         if self.ttft_slo_s is not None and (self.ttft_slo_s <= 0 or not 0 < self.queue_share <= 1):
@@ -79,7 +80,7 @@ def tier_replicas(profile: Profile, params: CapacityParams) -> int:
     if not (out or prompt):
         return 0
     mix = prompt / out if out > 0 else 0.0
-    cap = slo_capacity(profile, params.tpot_slo_s, mix, params.min_tier_tokens_per_sequence)
+    cap = slo_capacity(profile, params.tpot_slo_s * params.tpot_margin, mix, params.min_tier_tokens_per_sequence)
     return _replicas(_work(profile, cap, out, prompt), params, 0)
 
 
@@ -100,7 +101,7 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         seq_tokens = _ewma(seq_tokens, per_request, weight)
         if demand.output_tokens_per_s > 0:
             out_per_request = _ewma(out_per_request, demand.output_tokens_per_s / demand.requests_per_s, weight)
-    cap = slo_capacity(profile, params.tpot_slo_s, mix or 0.0, seq_tokens or 0.0)
+    cap = slo_capacity(profile, params.tpot_slo_s * params.tpot_margin, mix or 0.0, seq_tokens or 0.0)
 
     # Arrivals, by flow conservation: the growth of what is in flight plus what finished since the last
     # tick. The gateway counts a request's tokens when it finishes, which lags a burst and is capped by
