@@ -41,3 +41,79 @@ def test_prompt_beyond_context_is_a_clear_error(tiny_llama_dir):
 def test_out_of_range_option_is_rejected(tiny_llama_dir):
     result = CliRunner().invoke(cli, ["generate", "--model", str(tiny_llama_dir), "--prompt", "x", "--top-p", "2"])
     assert result.exit_code == 2 and "top-p" in result.output
+
+
+def test_a_bad_recipe_is_one_line_and_exit_2_before_anything_loads():
+    for command in (["profile", "--recipe", "speculative(q=3)"], ["bench", "--recipes", "int9", "--requests", "1"]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+
+
+def test_optimizers_lists_parameters():
+    result = CliRunner().invoke(cli, ["optimizers"], terminal_width=200)
+    assert result.exit_code == 0
+    assert "k: int = 3" in result.output and "lm_head: bool = True" in result.output
+
+
+def test_generate_takes_the_prompt_as_an_argument_or_on_stdin(tiny_llama_dir):
+    args = ["generate", "--model", str(tiny_llama_dir), "--max-tokens", "6"]
+    positional = CliRunner().invoke(cli, [*args, "def add"])
+    piped = CliRunner().invoke(cli, args, input="def add")
+    flag = CliRunner().invoke(cli, [*args, "--prompt", "def add"])
+    assert positional.exit_code == piped.exit_code == flag.exit_code == 0, positional.output
+    assert positional.output == piped.output == flag.output  # greedy by default, whichever way the prompt came
+
+
+def test_generate_without_a_prompt_is_a_usage_error(tiny_llama_dir):
+    result = CliRunner().invoke(cli, ["generate", "--model", str(tiny_llama_dir)], input="")
+    assert result.exit_code == 2 and "no prompt" in result.output
+
+
+def test_generate_with_a_recipe_and_chat(tiny_llama_dir):
+    base = ["generate", "--model", str(tiny_llama_dir), "--max-tokens", "6", "def add"]
+    assert CliRunner().invoke(cli, [*base, "--recipe", "int8+ngram"]).exit_code == 0
+    chat = CliRunner().invoke(cli, [*base, "--chat"])
+    assert chat.exit_code == 0, chat.output
+    assert not chat.output.startswith("def add")  # the reply only, not the templated prompt
+
+
+def test_generate_follows_the_models_generation_config(tiny_llama_dir, tmp_path):
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama_dir, model)
+    (model / "generation_config.json").write_text(json.dumps({"do_sample": False, "max_new_tokens": 3}))
+    from tandem.model import load_model
+
+    tokenizer = load_model(model).tokenizer
+    result = CliRunner().invoke(cli, ["generate", "--model", str(model), "x", "--max-tokens", "3"])
+    default = CliRunner().invoke(cli, ["generate", "--model", str(model), "x"])
+    assert default.exit_code == 0 and default.output == result.output  # 3 tokens, greedy, from the file
+    assert len(tokenizer.encode(default.output[1:].rstrip("\n"), add_special_tokens=False)) <= 3
+
+
+def test_help_imports_neither_torch_nor_the_optimizers():
+    code = (
+        "import sys\n"
+        "from tandem.cli import cli\n"
+        "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('tandem.optimize', 'tandem.engine')))\n"
+        "print('HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout and "serve" in proc.stdout and "bench" in proc.stdout
+
+
+def test_the_lazy_commands_help_is_the_commands_own():
+    import importlib
+
+    from tandem.cli import LAZY_COMMANDS
+
+    for name, (where, short_help) in LAZY_COMMANDS.items():
+        module, _, attribute = where.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert command.name == name and command.get_short_help_str(limit=200) == short_help

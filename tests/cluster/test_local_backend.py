@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tandem.cluster import BackendError, LocalBackend, ReplicaSpec, ReplicaState, serve_command
+from tandem.cluster import BackendError, LocalBackend, PortRange, ReplicaSpec, ReplicaState, serve_command
 
 
 class FakeProcess:
@@ -17,6 +17,10 @@ class FakeProcess:
         self.code: int | None = None
         self.signals: list[str] = []
         self.exit_on_term = True
+        self.output = ""
+
+    def output_tail(self) -> str:
+        return self.output
 
     def poll(self):
         return self.code
@@ -39,6 +43,11 @@ class World:
         self.processes: dict[str, FakeProcess] = {}
         self.ready_urls: set[str] = set()
         self.ports = iter(range(9001, 9100))
+        self.taken_seen: list[set[int]] = []
+
+    def port(self, taken) -> int:
+        self.taken_seen.append(set(taken))
+        return next(self.ports)
 
     def spawn(self, argv, env, replica_id):
         self.processes[replica_id] = FakeProcess(argv, env)
@@ -47,10 +56,11 @@ class World:
     def backend(self, **kwargs) -> LocalBackend:
         return LocalBackend(
             spawn=self.spawn,
-            free_port=lambda: next(self.ports),
+            ports=self.port,
             probe=lambda url: url in self.ready_urls,
             clock=lambda: self.now,
             base_env={"PATH": "/bin"},
+            parent_pid=4242,
             **kwargs,
         )
 
@@ -66,6 +76,11 @@ def test_serve_command():
     ]  # fmt: skip
     bare = serve_command(ReplicaSpec(variant="b", recipe="baseline", extra_args=("--max-num-seqs", "4")), 1)
     assert bare[0] == sys.executable and "--model" not in bare and bare[-2:] == ["--max-num-seqs", "4"]
+    default = serve_command(ReplicaSpec(variant="d", recipe=None, region="eu"), 1, replica_id="d-1", parent_pid=7)
+    assert "--recipe" not in default  # the replica serves its own default recipe
+    assert default[default.index("--replica-id") :] == [
+        "--replica-id", "d-1", "--replica-region", "eu", "--replica-variant", "d", "--parent-pid", "7",
+    ]  # fmt: skip
 
 
 def test_start_probe_ready():
@@ -75,6 +90,8 @@ def test_start_probe_ready():
     assert replica.url == "http://127.0.0.1:9001" and replica.state is ReplicaState.STARTING
     process = world.processes[replica.replica_id]
     assert process.argv[process.argv.index("--port") + 1] == "9001"
+    assert process.argv[process.argv.index("--replica-id") + 1] == replica.replica_id
+    assert process.argv[process.argv.index("--parent-pid") + 1] == "4242"  # it leaves when the gateway is gone
     assert process.env["X"] == "1" and process.env["OMP_NUM_THREADS"] == "1" and process.env["PATH"] == "/bin"
     assert backend.health(replica.replica_id) is False
     world.ready_urls.add(replica.url)
@@ -128,7 +145,7 @@ def test_spawn_failure_is_a_backend_error():
     def refuse(argv, env, replica_id):
         raise FileNotFoundError("no python")
 
-    backend = LocalBackend(spawn=refuse, free_port=lambda: 1, probe=lambda url: False, clock=lambda: 0.0)
+    backend = LocalBackend(spawn=refuse, ports=lambda taken: 1, probe=lambda url: False, clock=lambda: 0.0)
     with pytest.raises(BackendError, match="cannot start"):
         backend.start(SPEC)
     assert backend.list() == []
@@ -141,3 +158,43 @@ def test_close_stops_everything():
     backend.close()
     assert backend.list() == []
     assert all(world.processes[r.replica_id].signals == ["TERM"] for r in replicas)
+
+
+def test_exits_reports_each_ended_process_once_with_its_output():
+    world = World()
+    backend = world.backend()
+    crashed, stopped = backend.start(SPEC), backend.start(SPEC)
+    process = world.processes[crashed.replica_id]
+    process.output = "INFO: loading\n2026 ERROR tandem.serve: cannot serve the model: bad parameter\nINFO: bye\n"
+    process.code = 1
+    backend.stop(stopped.replica_id)
+    exits = {e.replica.replica_id: e for e in backend.exits()}
+    assert set(exits) == {crashed.replica_id, stopped.replica_id}
+    assert not exits[crashed.replica_id].expected and exits[crashed.replica_id].code == 1
+    assert exits[crashed.replica_id].replica.state is ReplicaState.STARTING  # it never became ready
+    assert exits[crashed.replica_id].error.endswith("cannot serve the model: bad parameter")
+    assert exits[stopped.replica_id].expected and exits[stopped.replica_id].code == 0
+    assert backend.exits() == []
+
+
+def test_ports_come_from_a_range_skipping_held_and_busy_ones():
+    busy = {9002}
+    ports = PortRange(9000, 9003, bindable=lambda port: port not in busy)
+    assert ports(set()) == 9000
+    assert ports({9000}) == 9001
+    assert ports({9000, 9001}) == 9003  # 9002 is bound by someone else
+    assert ports({9001, 9003}) == 9000  # round the range
+    with pytest.raises(BackendError, match="no free port in 9000-9003"):
+        ports({9000, 9001, 9003})
+    with pytest.raises(ValueError):
+        PortRange(9001, 9000)
+
+
+def test_the_ports_replicas_hold_are_never_handed_out_again():
+    world = World()
+    backend = world.backend()
+    a = backend.start(SPEC)
+    world.processes[a.replica_id].exit_on_term = False
+    backend.stop(a.replica_id)  # still shutting down: its port is still taken
+    backend.start(SPEC)
+    assert world.taken_seen[-1] == {9001}

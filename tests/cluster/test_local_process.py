@@ -26,8 +26,13 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Ready).serve_forever()
 """
 
 
-def stand_in(spec: ReplicaSpec, port: int, host: str) -> list[str]:
+def stand_in(spec: ReplicaSpec, port: int, host: str, replica_id: str, parent_pid: int | None = None) -> list[str]:
     return [sys.executable, "-c", STAND_IN, str(port)]
+
+
+def failing(spec: ReplicaSpec, port: int, host: str, replica_id: str, parent_pid: int | None = None) -> list[str]:
+    code = "import sys; print('loading'); print('Error: no such recipe', file=sys.stderr); sys.exit(3)"
+    return [sys.executable, "-c", code]
 
 
 def test_a_real_process_becomes_ready_and_stops_on_sigterm(tmp_path):
@@ -47,3 +52,16 @@ def test_a_real_process_becomes_ready_and_stops_on_sigterm(tmp_path):
         time.sleep(0.05)
     assert backend.exited[-1].exit_code == -signal.SIGTERM  # the stand-in has no handler: SIGTERM ended it
     assert (tmp_path / f"{replica.replica_id}.log").exists()
+
+
+def test_a_process_that_fails_is_reported_with_the_end_of_its_output(tmp_path):
+    backend = LocalBackend(spawn=popen_spawner(tmp_path), command=failing)
+    replica = backend.start(ReplicaSpec(variant="v", recipe="nope"))
+    deadline = time.monotonic() + 30.0
+    while not (exits := backend.exits()):
+        assert time.monotonic() < deadline, "the failing process never exited"
+        time.sleep(0.05)
+    (ended,) = exits
+    assert ended.replica.replica_id == replica.replica_id and not ended.expected and ended.code == 3
+    assert ended.error == "Error: no such recipe" and "loading" in ended.output
+    assert "Error: no such recipe" in (tmp_path / f"{replica.replica_id}.log").read_text()

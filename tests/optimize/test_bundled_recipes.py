@@ -3,17 +3,17 @@ baseline on 50 held-out prompts in continuous batching; int8 perplexity within 2
 agreement at least 95%."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
+from tandem.data.bundled import BUNDLED_MODELS
 from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.model import default_model_dir, load_model
 from tandem.optimize import apply_recipe
 from tandem.zoo.evaluate import model_score
 
-MODELS = Path(__file__).parents[2] / "models"
+MODELS = BUNDLED_MODELS
 SAMPLE = MODELS / "tandem-code-heldout-sample.json"
 
 

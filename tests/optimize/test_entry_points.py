@@ -18,7 +18,7 @@ with torch.no_grad():
     base = model.module.logits(model.module(tokens))
     scaled = optimized.model.module.logits(optimized.model.module(tokens))
 assert torch.allclose(scaled, 3.0 * base, atol=1e-4), (scaled - 3 * base).abs().max()
-print(optimized.recipe, optimized.applied, dict((n, v) for n, v, _ in describe())["scale-logits"])
+print(optimized.recipe, optimized.applied, dict((n, v) for n, v, *_ in describe())["scale-logits"])
 """
 
 

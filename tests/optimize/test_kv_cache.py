@@ -1,16 +1,16 @@
 """kv-bf16: keys and values cached in bfloat16, half the bytes, the same predictions nearly always."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
+from tandem.data.bundled import heldout_sample_path
 from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.model import default_model_dir, load_model
 from tandem.optimize import apply_recipe, names
 
-SAMPLE = Path(__file__).parents[2] / "models" / "tandem-code-heldout-sample.json"
+SAMPLE = heldout_sample_path()
 
 
 def test_kv_bf16_is_registered_and_halves_the_cache(tiny_llama_dir):

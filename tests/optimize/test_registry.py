@@ -5,14 +5,52 @@ from dataclasses import dataclass
 import pytest
 
 from tandem.contracts import InferenceOptimizer, OptimizedModel
-from tandem.optimize import RecipeError, apply_recipe, describe, get, names, parse_recipe, register
-from tandem.optimize.registry import RecipeStep
+from tandem.optimize import (
+    RecipeError,
+    apply_recipe,
+    describe,
+    get,
+    names,
+    parameters,
+    parse_recipe,
+    register,
+    validate_recipe,
+)
+from tandem.optimize.registry import OptimizerParam, RecipeStep
 
 
 def test_builtins_are_registered_with_versions_and_descriptions():
     assert {"baseline", "bf16", "int8", "speculative", "ngram"} <= set(names())
-    for name, version, description in describe():
+    for name, version, description, _params in describe():
         assert version and description, name
+
+
+def test_parameters_are_listed_with_types_and_defaults():
+    assert parameters("baseline") == []
+    assert OptimizerParam("k", "int", 3) in parameters("speculative")
+    assert OptimizerParam("draft", "str | None", None) in parameters("speculative")
+    assert [p.name for p in parameters("int8")] == ["lm_head", "small_batch_kernel"]
+    register("tagger-factory", lambda tag="a", times=1: Tagger(tag), replace=True)
+    assert [(p.name, p.default) for p in parameters("tagger-factory")] == [("tag", "a"), ("times", 1)]
+
+
+@pytest.mark.parametrize(
+    "recipe, message",
+    [
+        ("speculative(q=3)", r"'speculative' has no parameter 'q'; it takes k: int = 3"),
+        ("speculative(k=99)", r"k must be an integer in \[1, 16\]"),
+        ("int8(lm_head=3)", r"parameter 'lm_head' must be bool, got 3"),
+        ("int8+ngram(k=2.5)", r"parameter 'k' must be int, got 2.5"),
+        ("baseline(x=1)", r"'baseline' takes no parameters"),
+    ],
+)
+def test_validate_recipe_checks_parameters_without_a_model(recipe, message):
+    with pytest.raises(RecipeError, match=message):
+        validate_recipe(recipe)
+
+
+def test_valid_recipes_validate():
+    assert [s.name for s in validate_recipe("int8+kv-bf16+ngram(k=6)")] == ["int8", "kv-bf16", "ngram"]
 
 
 def test_parse_recipe_with_parameters():
@@ -40,9 +78,9 @@ def test_bad_recipes_are_clear_errors(recipe, message):
 
 
 def test_bad_parameter_is_a_clear_error():
-    with pytest.raises(RecipeError, match="bad parameter for optimizer 'ngram'.*'q'"):
+    with pytest.raises(RecipeError, match="'ngram' has no parameter 'q'"):
         get("ngram", q=3)
-    with pytest.raises(ValueError, match="k must be an integer in"):
+    with pytest.raises(RecipeError, match="k must be an integer in"):
         get("ngram", k=0)
     with pytest.raises(RecipeError, match="'baseline' takes no parameters"):
         get("baseline", x=1)

@@ -4,11 +4,11 @@ dead replicas, regions, metrics; a burst scales 1 -> N -> 1 without failing a re
 from __future__ import annotations
 
 import functools
-import threading
 
 from prometheus_client import CollectorRegistry
 
 from tandem.cluster import FakeBackend, ReplicaState
+from tandem.contracts import ReplicaLoad
 from tandem.schedule.controller import Controller, ControllerConfig, Pool
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.policies import HpaParams, KpaParams, PolicyState, ScaleLimits, hpa, kpa, kpa_limits
@@ -92,20 +92,69 @@ def test_scale_down_drains_then_stops_only_when_idle():
             assert ("drain", rid) in backend.calls[: backend.calls.index((op, rid))]
 
 
-def test_run_ticks_until_stopped_and_survives_a_failing_tick():
-    calls = []
+def test_a_replica_that_fails_to_start_is_restarted_with_exponential_backoff():
+    policy = Scripted(1)
+    config = ControllerConfig(start_attempts=3, restart_backoff_s=1.0, restart_backoff_max_s=60.0)
+    clock, backend, _, controller, metrics = build(policy, startup_s=5.0, config=config)
+    assert controller.tick().started == ["fast-1"]
+    backend.crash("fast-1", exit_code=1, output="INFO loading\n2026 ERROR tandem.serve: cannot serve: bad recipe\n")
+    assert controller.tick().started == []  # backing off: 1 s
+    assert controller.starts["fast"].last_error.endswith("cannot serve: bad recipe")
+    clock.advance(1.0)
+    assert controller.tick().started == ["fast-2"]
+    backend.crash("fast-2", exit_code=1)
+    assert controller.tick().started == []  # noticed now: the second failure in a row waits 2 s
+    clock.advance(1.0)
+    assert controller.tick().started == []
+    clock.advance(1.0)
+    assert controller.tick().started == ["fast-3"]
+    assert controller.fatal is None
+    assert metrics.registry.get_sample_value("tandem:replica_restarts_total", {"variant": "fast"}) == 2
 
-    def policy(ctx):
-        calls.append(ctx.now)
-        if len(calls) == 1:
-            raise RuntimeError("a bad tick")
-        stop.set()
-        return 1, ctx.state
 
-    stop = threading.Event()
-    clock, backend, _, controller, _ = build(policy)
-    controller.run(stop, interval_s=0.0)
-    assert len(calls) == 2 and len(backend.list()) == 1
+def test_the_primary_gives_up_with_the_replicas_own_error_after_its_attempts():
+    clock, backend, _, controller, _ = build(Scripted(1), startup_s=5.0, config=ControllerConfig(start_attempts=3))
+    for attempt in range(3):
+        (started,) = controller.tick().started
+        backend.crash(started, exit_code=1, output=f"Error: bad parameter for optimizer 'speculative' ({attempt})")
+        controller.tick()  # noticed
+        assert (controller.fatal is None) == (attempt < 2)
+        clock.advance(60.0)
+    assert "'fast'" in controller.fatal and "bad parameter for optimizer 'speculative' (2)" in controller.fatal
+
+
+def test_a_replica_that_once_got_ready_resets_the_backoff_and_its_crash_is_replaced_at_once():
+    clock, backend, _, controller, metrics = build(Scripted(1), config=ControllerConfig(start_attempts=2))
+    controller.tick()
+    backend.crash("fast-1", exit_code=1)  # a startup failure
+    controller.tick()
+    clock.advance(1.0)
+    assert controller.tick().started == ["fast-2"]
+    controller.tick()  # fast-2 answers: ready
+    assert controller.starts["fast"].failures == 0 and controller.starts["fast"].ever_ready
+    backend.crash("fast-2", exit_code=-9, output="Killed")
+    assert controller.tick().started == ["fast-3"]  # no backoff after a ready replica died
+    for _ in range(3):  # failing starts now never make the gateway give up: it served before
+        backend.crash(backend.list()[0].replica_id, exit_code=1)
+        controller.tick()
+        clock.advance(120.0)
+        assert len(controller.tick().started) == 1
+    assert controller.fatal is None
+    assert metrics.registry.get_sample_value("tandem:replica_restarts_total", {"variant": "fast"}) == 5
+
+
+def test_loads_the_replicas_report_reach_the_policy():
+    policy = Scripted(2)
+    clock, backend, inflight, controller, _ = build(policy)
+    controller.tick()
+    controller.tick()
+    inflight.report(ReplicaLoad("fast-1", "local", "fast", running=6, waiting=2, kv_used=0.75, healthy=True))
+    inflight.begin("fast-2")
+    controller.tick()
+    loads = {load.replica_id: load for load in policy.seen[-1].loads}
+    assert (loads["fast-1"].running, loads["fast-1"].waiting, loads["fast-1"].kv_used) == (6, 2, 0.75)
+    assert (loads["fast-2"].running, loads["fast-2"].kv_used) == (1, 0.0)  # no report: the gateway's count
+    assert policy.seen[-1].in_flight == 9
 
 
 def test_the_least_busy_ready_replica_is_drained_and_starting_ones_go_first():

@@ -93,7 +93,15 @@ def test_minimal_file_defaults():
     [
         ({}, "variants: required"),
         ({"variants": []}, "variants: List should have at least 1 item"),
-        ({"variants": [{"name": "a"}]}, "variants[0].recipe: required"),
+        ({"variants": [{"recipe": "b"}]}, "variants[0].name: required"),
+        (
+            {"variants": [{"name": "a", "recipe": "b", "replcas": {"max": 2}}]},
+            "variants[0].replcas: unknown field (did you mean replicas?)",
+        ),
+        (
+            {"variants": [{"name": "a", "recipe": "b"}], "polcy": {"name": "hpa"}},
+            "polcy: unknown field (did you mean policy?)",
+        ),
         ({"variants": [{"name": "a", "recipe": "b", "colour": 1}]}, "variants[0].colour: unknown field"),
         ({"variants": [{"name": "a", "recipe": "b", "replicas": {"min": 3, "max": 2}}]}, "variants[0].replicas"),
         ({"variants": [{"name": "a", "recipe": "b", "replicas": {"max": 0}}]}, "variants[0].replicas.max"),
@@ -105,7 +113,7 @@ def test_minimal_file_defaults():
         ({"variants": [{"name": "a", "recipe": "b"}]}, "variants[0].profile: the capacity policy needs"),
         (
             {"variants": [{"name": "a", "recipe": "b"}], "policy": {"name": "hpa", "params": {"targt": 3}}},
-            "policy.params.targt: unknown field (known: metric, target,",
+            "policy.params.targt: unknown field (did you mean target?)",
         ),
         (
             {"variants": [{"name": "a", "recipe": "b"}], "policy": {"name": "hpa", "params": {"target": -1}}},
@@ -118,6 +126,10 @@ def test_minimal_file_defaults():
         (
             {"variants": [{"name": "a", "recipe": "b"}], "policy": {"name": "hpa", "limits": {"min_replicas": 2}}},
             "policy.limits.min_replicas: unknown field",
+        ),
+        (
+            {"variants": [{"name": "a", "recipe": "b"}], "policy": {"name": "hpa"}, "controller": {"start_atempts": 2}},
+            "controller.start_atempts: unknown field (did you mean start_attempts?)",
         ),
         (
             {"variants": [{"name": "a", "recipe": "b", "replicas": {"min": 0}}], "policy": {"name": "hpa"}},

@@ -97,12 +97,53 @@ def test_use_under_load_fails_zero_requests():
     assert value("tandem:replicas", {"variant": "spec", "state": "ready"}) == 3
 
 
-def test_use_refuses_the_current_or_an_existing_pool():
+def test_use_refuses_the_variant_that_already_serves():
     _, _, _, controller, _ = build()
     with pytest.raises(ValueError, match="already serves"):
         controller.use(OLD)
-    with pytest.raises(ValueError, match="already has a pool"):
-        controller.use(BASE)
+
+
+def test_use_promotes_an_existing_pool_to_the_primarys_size():
+    clock, backend, inflight, controller, _ = build()
+    traffic = Traffic(backend, inflight, controller)
+    warm_up(clock, controller)
+    controller.use(BASE)  # e.g. a candidate the gate validated, or the fallback in an emergency
+    run_until(clock, controller, traffic, 40)
+    assert controller.rollout.phase is Phase.DONE and controller.primary == "baseline"
+    assert sorted(r.variant for r in backend.list()) == ["baseline"] * 3  # grown to int8's 3 before traffic moved
+    assert set(controller.pools) == {"baseline"} and controller.pools["baseline"].limits.min_replicas == 3
+    assert traffic.failed == 0 and traffic.cut == []
+
+
+def test_a_rollout_whose_replicas_fail_to_start_is_aborted_with_their_error():
+    clock, backend, inflight, controller, _ = build()
+    traffic = Traffic(backend, inflight, controller)
+    warm_up(clock, controller)
+    controller.use(NEW)
+    for _ in range(30):
+        for replica in backend.list():
+            if replica.variant == "spec":
+                backend.crash(replica.replica_id, 1, "Error: bad parameter for optimizer 'speculative'")
+        clock.advance(1.0)
+        traffic.finish(clock.now)
+        traffic.send(2, clock.now, 2.0)
+        controller.tick()
+    rollout = controller.rollout
+    assert rollout.phase is Phase.ABORTED and "bad parameter for optimizer 'speculative'" in rollout.reason
+    assert controller.primary == "int8" and "spec" not in controller.pools and controller.fatal is None
+    assert traffic.failed == 0 and traffic.cut == []
+
+
+def test_an_aborted_promotion_gives_the_pool_back_its_own_sizing():
+    clock, backend, inflight, controller, _ = build(startup_s=5.0)
+    warm_up(clock, controller)
+    before = controller.pools["baseline"]
+    controller.use(BASE, timeout_s=1.0)  # baseline needs 2 more replicas; they take 5 s: too late
+    for _ in range(10):
+        clock.advance(1.0)
+        controller.tick()
+    assert controller.rollout.phase is Phase.ABORTED and controller.primary == "int8"
+    assert controller.pools["baseline"] == before and any(r.variant == "baseline" for r in backend.list())
 
 
 def test_an_aborted_rollout_leaves_the_old_variant_serving():
@@ -113,6 +154,7 @@ def test_an_aborted_rollout_leaves_the_old_variant_serving():
     run_until(clock, controller, traffic, 10)
     controller.use(NEW, timeout_s=30.0)
     run_until(clock, controller, traffic, 50)
-    assert controller.rollout is None and controller.primary == "int8"
+    assert controller.rollout.phase is Phase.ABORTED and "not ready within 30 s" in controller.rollout.reason
+    assert controller.primary == "int8" and "spec" not in controller.pools
     assert sorted(r.variant for r in backend.list()) == ["baseline"] + ["int8"] * 3
     assert traffic.failed == 0 and traffic.cut == []

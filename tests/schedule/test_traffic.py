@@ -1,12 +1,13 @@
-"""InFlight (the gateway's counts as ReplicaLoads) and DemandMeter (tokens/s over a sliding window)."""
+"""InFlight (replicas' own reports refreshed by the gateway's counts, as ReplicaLoads) and DemandMeter."""
 
 from __future__ import annotations
 
 import pytest
 
 from tandem.cluster import FakeBackend, ReplicaSpec
+from tandem.contracts import ReplicaLoad
 from tandem.schedule.policies import TokenDemand
-from tandem.schedule.traffic import DemandMeter, InFlight
+from tandem.schedule.traffic import DemandMeter, InFlight, LoadReport, estimate
 
 from .helpers import FakeClock
 
@@ -45,3 +46,44 @@ def test_demand_meter_rates_over_the_window():
     assert rate.requests_per_s == pytest.approx(0.2)
     assert meter.rate("v", 11.0).output_tokens_per_s == pytest.approx(15.0)  # the t=1 event left the window
     assert meter.rate("v", 15.0) == TokenDemand()
+
+
+def test_reported_loads_are_refreshed_by_the_gateways_own_counts_between_polls():
+    clock = FakeClock()
+    backend = FakeBackend(clock)
+    a = backend.start(ReplicaSpec(variant="v", recipe="r"))
+    backend.health(a.replica_id)
+    inflight = InFlight(clock, report_max_age_s=5.0)
+    inflight.begin(a.replica_id)  # 1 of ours in flight when it reports
+    inflight.report(ReplicaLoad(a.replica_id, "local", "v", running=4, waiting=2, kv_used=0.5, healthy=True))
+    load = inflight.loads(backend.list())[a.replica_id]
+    assert (load.running, load.waiting, load.kv_used, load.healthy) == (4, 2, 0.5, True)  # others' requests count
+    inflight.begin(a.replica_id)
+    inflight.begin(a.replica_id)  # 2 more sent since the poll
+    load = inflight.loads(backend.list())[a.replica_id]
+    assert load.running + load.waiting == 8 and load.waiting == 2
+    for _ in range(3):
+        inflight.end(a.replica_id)  # all of ours finished: the others' 5 remain
+    load = inflight.loads(backend.list())[a.replica_id]
+    assert load.running + load.waiting == 5 and load.kv_used == 0.5
+    clock.advance(5.1)  # the report is stale: the gateway's own count alone, KV use unknown
+    load = inflight.loads(backend.list())[a.replica_id]
+    assert (load.running, load.waiting, load.kv_used) == (0, 0, 0.0)
+
+
+def test_a_replica_that_reports_itself_unhealthy_is_not_routable():
+    clock = FakeClock()
+    backend = FakeBackend(clock)
+    a = backend.start(ReplicaSpec(variant="v", recipe="r"))
+    backend.health(a.replica_id)
+    inflight = InFlight(clock)
+    inflight.report(ReplicaLoad(a.replica_id, "local", "v", running=0, waiting=0, kv_used=0.0, healthy=False))
+    assert not inflight.loads(backend.list())[a.replica_id].healthy
+    inflight.forget([])
+    assert inflight.loads(backend.list())[a.replica_id].healthy
+
+
+def test_estimate_never_counts_fewer_than_the_gateway_has_in_flight():
+    replica = FakeBackend(FakeClock()).start(ReplicaSpec(variant="v", recipe="r"))
+    report = LoadReport(ReplicaLoad(replica.replica_id, "local", "v", 0, 0, 0.0, True), at=0.0, inflight=3)
+    assert estimate(replica, report, inflight=2, reachable=True).running == 2

@@ -11,21 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny_models import save_tiny
+from server_process import ServerProcess
 
 from tandem.model import Tokenizer
-
-from .server_process import ServerProcess
 
 API_KEY = "test-key-123"
 MODEL_NAME = "tiny"
 CONTEXT = 1024
-
-
-@pytest.fixture(scope="session")
-def serve_model_dir(tmp_path_factory) -> Path:
-    """The tiny random Llama with a longer context, so long streams stay in flight for a while."""
-    return save_tiny("llama", tmp_path_factory.mktemp("serve") / "tiny-serve", max_position_embeddings=CONTEXT)
 
 
 @pytest.fixture(scope="session")

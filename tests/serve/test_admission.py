@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tandem.edge.errors import APIError
 from tandem.serve.admission import Admission
-from tandem.serve.errors import APIError
 
 
 def test_admits_up_to_capacity_then_429_with_retry_after():

@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tandem.serve import ServerConfig, create_app, load_served_model
+from tandem.edge.settings import Settings
+from tandem.serve import create_app, load_served_model
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
 JSON = st.recursive(
@@ -86,7 +87,7 @@ CHAT_BODY = bodies(
 @pytest.fixture(scope="module", params=["baseline", "int8+ngram"])
 def client(request, tiny_llama_dir):
     """The plain path, and a quantized speculative one (several tokens per engine step)."""
-    config = ServerConfig(
+    config = Settings(
         recipe=request.param,
         model=str(tiny_llama_dir),
         served_model_name="tiny",

@@ -4,11 +4,11 @@ SequenceTimer's bookkeeping on a hand-driven clock."""
 from __future__ import annotations
 
 import httpx
+from metrics_text import scrape, value
 
 from tandem.serve.metrics import ServerMetrics
 
 from .conftest import MODEL_NAME
-from .metrics_text import scrape, value
 
 LABELS = {"model_name": MODEL_NAME, "recipe": "baseline"}
 EXPECTED = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tandem.edge.errors import APIError
 from tandem.engine import Engine, EngineConfig
 from tandem.model import load_model
-from tandem.serve.errors import APIError
 from tandem.serve.plan import ModelLimits, plan_chat, plan_completion
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 

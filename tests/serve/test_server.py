@@ -7,12 +7,13 @@ import json
 import time
 
 import httpx
+from server_process import ServerProcess
 
-from tandem.serve import ServerConfig, run_server
+from tandem.edge.settings import Settings
+from tandem.serve import run_server
 from tandem.serve.server import client_host, startup_banner
 
 from .conftest import CONTEXT, MODEL_NAME, server_args
-from .server_process import ServerProcess
 
 LONG = {"model": MODEL_NAME, "prompt": "a", "max_tokens": CONTEXT - 8, "ignore_eos": True, "stream": True}
 
@@ -28,7 +29,7 @@ def test_the_banner_never_prints_the_api_key_and_names_a_reachable_host(server):
     class Served:
         name, path, recipe, max_model_len, num_slots = "m", "/models/m", "bf16", 512, 4
 
-    banner = startup_banner(ServerConfig(host="0.0.0.0", api_key="s3cret"), Served(), 9000)
+    banner = startup_banner(Settings(host="0.0.0.0", api_key="s3cret"), Served(), 9000)
     assert "s3cret" not in banner and "$TANDEM_API_KEY" in banner and "http://127.0.0.1:9000" in banner
     assert client_host("::") == "[::1]" and client_host("10.0.0.2") == "10.0.0.2"
 
@@ -72,6 +73,6 @@ def test_sigterm_drains_in_flight_requests_and_cuts_at_the_deadline(serve_model_
 
 def test_a_model_that_fails_to_load_ends_the_server_with_exit_code_1(tmp_path, caplog):
     (tmp_path / "config.json").write_text("{}")
-    code = run_server(ServerConfig(model=str(tmp_path), port=0))
+    code = run_server(Settings(model=str(tmp_path), port=0))
     assert code == 1
     assert any("cannot serve the model" in r.getMessage() for r in caplog.records)

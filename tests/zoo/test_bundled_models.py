@@ -6,7 +6,6 @@ No training here: everything runs on the committed weights and the committed hel
 import io
 import json
 import tokenize
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from click.testing import CliRunner
 from tokenizers import Tokenizer
 
 from tandem.cli import cli
+from tandem.data.bundled import BUNDLED_MODELS
 from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.model import default_model_dir, load_model
 from tandem.zoo.corpus import is_heldout
@@ -23,7 +23,7 @@ from tandem.zoo.sample import load_sample
 from tandem.zoo.shapes import matmul_flops_per_token
 from tandem.zoo.tokens import encode_files, eval_windows
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
+MODELS = BUNDLED_MODELS
 TARGET, DRAFT = MODELS / "tandem-code-target", MODELS / "tandem-code-draft"
 REPORT = json.loads((MODELS / "tandem-code-build.json").read_text())
 

@@ -4,16 +4,18 @@ Never imports torch, the engine, the model or the optimizers (import-linter cont
 a process reached over HTTP, described by a ReplicaSpec.
 """
 
-from tandem.cluster.backend import Backend, BackendError, Replica, ReplicaSpec, ReplicaState
+from tandem.cluster.backend import Backend, BackendError, Replica, ReplicaExit, ReplicaSpec, ReplicaState
 from tandem.cluster.fake import FakeBackend
-from tandem.cluster.local import LocalBackend, serve_command
+from tandem.cluster.local import LocalBackend, PortRange, serve_command
 
 __all__ = [
     "Backend",
     "BackendError",
     "FakeBackend",
     "LocalBackend",
+    "PortRange",
     "Replica",
+    "ReplicaExit",
     "ReplicaSpec",
     "ReplicaState",
     "serve_command",

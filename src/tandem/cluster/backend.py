@@ -7,11 +7,12 @@ what it is told and reports what it sees. Backends know nothing of policies, rou
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Backend", "Replica", "ReplicaSpec", "ReplicaState", "BackendError"]
+__all__ = ["Backend", "Replica", "ReplicaExit", "ReplicaSpec", "ReplicaState", "BackendError", "summarize_output"]
 
 
 class BackendError(RuntimeError):
@@ -29,12 +30,13 @@ class ReplicaState(StrEnum):
 class ReplicaSpec:
     """How to start one replica of a variant: what `tandem serve` needs, minus the port.
 
+    `recipe` is text the replica validates itself; None serves the replica's default recipe.
     `model` None serves the bundled default model. `threads` is torch threads per replica (None:
     the server's default). `extra_args` are appended to the server's command line verbatim.
     """
 
     variant: str
-    recipe: str
+    recipe: str | None
     model: str | None = None
     region: str = "local"
     threads: int | None = None
@@ -73,6 +75,30 @@ class Replica:
         return self.state in (ReplicaState.STARTING, ReplicaState.READY)
 
 
+# A logged error ("... ERROR tandem.serve: ..."), click's "Error: ...", a traceback's last line.
+_ERROR_LINE = re.compile(r" ERROR |^Error: |^[\w.]*(Error|Exception): ")
+
+
+def summarize_output(output: str) -> str:
+    """The line of a replica's output that says why it failed: its last error line, else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if _ERROR_LINE.search(line)), lines[-1] if lines else "")
+
+
+@dataclass(frozen=True)
+class ReplicaExit:
+    """A replica whose process ended, reported once by `Backend.exits()`."""
+
+    replica: Replica  # as it was last seen: its state then (STARTING: it never became ready)
+    code: int | None  # exit status (negative: killed by that signal); None where unknown
+    expected: bool  # the backend was asked to stop it
+    output: str = ""  # the end of what it wrote (stdout and stderr), for logs and operators
+
+    @property
+    def error(self) -> str:
+        return summarize_output(self.output)
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Start, drain, stop, list and probe replicas. Calls return at once; none waits for a process."""
@@ -95,4 +121,8 @@ class Backend(Protocol):
 
     def health(self, replica_id: str) -> bool:
         """Probe it: True when it answers ready. A STARTING replica that answers becomes READY."""
+        ...
+
+    def exits(self) -> list[ReplicaExit]:
+        """Replicas whose processes ended since the last call, each reported once, oldest first."""
         ...

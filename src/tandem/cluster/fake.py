@@ -1,7 +1,8 @@
 """FakeBackend: replicas that exist only as records, driven by a fake clock. For unit tests and the simulator.
 
 A started replica answers its readiness probe once `startup_s` (of the injected clock) has passed.
-`crash` makes one vanish as a killed process would; `set_healthy(id, False)` makes its probe fail.
+`crash` makes one vanish as a killed process would (with the output it left); `set_healthy(id,
+False)` makes its probe fail. Both stops and crashes are reported once by `exits()`.
 Every call is appended to `calls`, so tests can check what the controller asked for and in what order.
 """
 
@@ -11,7 +12,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import replace
 
-from tandem.cluster.backend import BackendError, Replica, ReplicaSpec, ReplicaState
+from tandem.cluster.backend import BackendError, Replica, ReplicaExit, ReplicaSpec, ReplicaState
 
 __all__ = ["FakeBackend"]
 
@@ -31,6 +32,7 @@ class FakeBackend:
         self._ids = itertools.count(1)
         self.calls: list[tuple[str, str]] = []  # (operation, replica id or variant)
         self.stopped: list[Replica] = []  # everything stopped or crashed, in order
+        self._exits: list[ReplicaExit] = []
 
     # --- Backend -----------------------------------------------------------------------------
     def start(self, spec: ReplicaSpec) -> Replica:
@@ -52,6 +54,7 @@ class FakeBackend:
         replica = self._replicas.pop(replica_id, None)
         if replica is not None:  # stopping an already-gone replica is not an error (it may have crashed)
             self.stopped.append(replace(replica, state=ReplicaState.STOPPED, exit_code=0))
+            self._exits.append(ReplicaExit(replace(replica, state=ReplicaState.STOPPED), 0, expected=True))
         self._unhealthy.discard(replica_id)
 
     def list(self) -> list[Replica]:
@@ -67,11 +70,16 @@ class FakeBackend:
             self._replicas[replica_id] = replace(replica, state=ReplicaState.READY)
         return True
 
+    def exits(self) -> list[ReplicaExit]:
+        taken, self._exits = self._exits, []
+        return taken
+
     # --- fault injection -----------------------------------------------------------------------
-    def crash(self, replica_id: str, exit_code: int = -9) -> None:
+    def crash(self, replica_id: str, exit_code: int = -9, output: str = "") -> None:
         """The replica's process died: it is gone from `list()` without anyone stopping it."""
         replica = self._replicas.pop(replica_id)
         self.stopped.append(replace(replica, state=ReplicaState.STOPPED, exit_code=exit_code))
+        self._exits.append(ReplicaExit(replica, exit_code, expected=False, output=output))
 
     def set_healthy(self, replica_id: str, healthy: bool) -> None:
         (self._unhealthy.discard if healthy else self._unhealthy.add)(replica_id)

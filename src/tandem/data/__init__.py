@@ -1,4 +1,5 @@
-"""Data tandem needs at run time, shipped as package data with its licence and attribution (NOTICE.md).
+"""Data tandem needs at run time, shipped as package data with its licence and attribution (NOTICE.md);
+the bundled models' locators are in bundled.py.
 
 `data_path(name)` finds a bundled file; `ATTRIBUTION[name]` is the line any report quoting results
 computed from it must carry. Standard library only: the scheduling side and the simulator use it.

@@ -162,6 +162,11 @@ class Engine:
     def num_waiting(self) -> int:
         return len(self.batcher.waiting)
 
+    @property
+    def kv_used(self) -> float:
+        """The fraction of the KV cache held by running sequences (slots in use / slots); GET /load reports it."""
+        return len(self.batcher.running) / self.batcher.num_slots
+
     # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:

@@ -15,24 +15,17 @@ gave the best recipe 1.59x and 1.29x baseline); rounds spread them over all rows
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tandem.engine import Engine, SamplingParams
 from tandem.model.loader import load_model
-from tandem.optimize.workload import BenchRequest, load_workload
+from tandem.optimize.bench_workers import RowSpec, Timings, run_rounds
+from tandem.pricing import DEFAULT_PRICE, usd_per_million_tokens
+from tandem.workload import load_workload
 
 __all__ = ["BenchRow", "run_bench", "rows_as_json", "summarize", "usd_per_million_tokens", "DEFAULT_PRICE"]
-
-# The price is an input; this default is pinned with its source so results can be re-priced.
-DEFAULT_PRICE = (0.1026, "AWS EC2 c7a.large on-demand (2 vCPU AMD EPYC, AVX-512), us-east-1 list price")
-
-
-def usd_per_million_tokens(usd_per_hour: float, tokens_per_s: float) -> float:
-    return 1e6 * usd_per_hour / (3600 * tokens_per_s) if tokens_per_s > 0 else float("inf")
 
 
 @dataclass(frozen=True)
@@ -74,23 +67,7 @@ def summarize(recipe: str, timings: list[tuple[float, float, float, int]], usd_p
     )
 
 
-def _run_engine(engine: Engine, requests: list[BenchRequest]) -> list[tuple[float, float, float, int]]:
-    start = time.perf_counter()
-    ids = [
-        engine.add_request(r.prompt_ids, SamplingParams.greedy_params(r.max_tokens, ignore_eos=True)) for r in requests
-    ]
-    first: dict[str, float] = {}
-    done: dict[str, tuple[float, int]] = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            now = time.perf_counter()
-            first.setdefault(out.request_id, now)
-            if out.finished:
-                done[out.request_id] = (now, len(out.token_ids))
-    return [(start, first[i], done[i][0], done[i][1]) for i in ids]
-
-
-def _fastest_run(runs: list[list[tuple[float, float, float, int]]]) -> list[tuple[float, float, float, int]]:
+def _fastest_run(runs: list[Timings]) -> Timings:
     """The run with the shortest wall time."""
     return min(runs, key=lambda run: max(t[2] for t in run) - min(t[0] for t in run))
 
@@ -109,7 +86,6 @@ def run_bench(
 ) -> list[BenchRow]:
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
-    from tandem.optimize.bench_workers import RowSpec, run_rounds
 
     # Fail here, with the loader's own message, before any worker starts.
     probe = load_model(model_dir)

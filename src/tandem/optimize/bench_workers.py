@@ -4,7 +4,9 @@ A shared machine has slow spells that last longer than one row's runs; rows meas
 another then compare a slow spell with a quiet one (two runs of the same bench gave the best recipe
 1.59x and 1.29x baseline). Rounds spread every spell over all rows. Each row lives in its own
 process, as a replica does, so rows never share an allocator, caches or kernel caches; a row's
-process sits blocked on its pipe while the others run.
+process sits blocked on its pipe while the others run. `run_engine` times one run of the
+workload through an engine (tandem.optimize.bench summarizes the runs; it imports this module, never
+the other way round).
 """
 
 from __future__ import annotations
@@ -12,13 +14,37 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["RowSpec", "BenchWorkerError", "run_rounds"]
+if TYPE_CHECKING:
+    from tandem.engine import Engine
+    from tandem.workload import BenchRequest
+
+__all__ = ["RowSpec", "BenchWorkerError", "Timings", "run_engine", "run_rounds"]
 
 # Between runs: time for the previous row's OpenMP threads to stop spinning and sleep.
 SETTLE_S = 0.3
 
-Timings = list[tuple[float, float, float, int]]
+Timings = list[tuple[float, float, float, int]]  # (arrival, first token, finish, output tokens) per request
+
+
+def run_engine(engine: Engine, requests: list[BenchRequest]) -> Timings:
+    """All `requests` at once through `engine`, greedy, exactly max_tokens each."""
+    from tandem.engine import SamplingParams
+
+    start = time.perf_counter()
+    ids = [
+        engine.add_request(r.prompt_ids, SamplingParams.greedy_params(r.max_tokens, ignore_eos=True)) for r in requests
+    ]
+    first: dict[str, float] = {}
+    done: dict[str, tuple[float, int]] = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            now = time.perf_counter()
+            first.setdefault(out.request_id, now)
+            if out.finished:
+                done[out.request_id] = (now, len(out.token_ids))
+    return [(start, first[i], done[i][0], done[i][1]) for i in ids]
 
 
 class BenchWorkerError(RuntimeError):
@@ -39,9 +65,8 @@ def _row_runner(spec: RowSpec):
     """Build the row's engine (or transformers model), warm it up; return (run, stats)."""
     from tandem.engine import Engine, EngineConfig
     from tandem.model.loader import load_model
-    from tandem.optimize.bench import _run_engine
     from tandem.optimize.registry import apply_recipe
-    from tandem.optimize.workload import BenchRequest, load_workload
+    from tandem.workload import BenchRequest, load_workload
 
     probe = load_model(spec.model_dir)
     max_len = min(probe.config.max_position_embeddings, 2048)
@@ -61,7 +86,7 @@ def _row_runner(spec: RowSpec):
         max_model_len=max_len, kv_cache_tokens=max_len * spec.max_num_seqs, max_num_seqs=spec.max_num_seqs
     )
     engine = Engine(apply_recipe(probe, spec.name), config)
-    _run_engine(engine, warmup)
+    run_engine(engine, warmup)
     engine.num_drafted_tokens = engine.num_accepted_tokens = engine.num_spec_rows = 0  # count timed runs only
 
     def stats() -> dict:
@@ -71,7 +96,7 @@ def _row_runner(spec: RowSpec):
             out["mean_acceptance_length"] = engine.mean_acceptance_length
         return out
 
-    return (lambda: _run_engine(engine, requests)), stats
+    return (lambda: run_engine(engine, requests)), stats
 
 
 def _worker(conn, spec: RowSpec) -> None:

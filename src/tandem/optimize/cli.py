@@ -6,28 +6,49 @@ from pathlib import Path
 
 import click
 
-__all__ = ["COMMANDS"]
+__all__ = ["BadRecipe", "bench_command", "check_recipe", "optimizers_command", "profile_command"]
+
+
+class BadRecipe(click.ClickException):
+    """An unknown optimizer or parameter: one line and exit 2 (a usage error), before anything loads."""
+
+    exit_code = 2
+
+
+def check_recipe(recipe: str) -> str:
+    """`recipe` if every step names a registered optimizer with valid parameters, else BadRecipe."""
+    from tandem.optimize import RecipeError, validate_recipe
+
+    try:
+        validate_recipe(recipe)
+    except RecipeError as exc:
+        raise BadRecipe(str(exc)) from None
+    return recipe
 
 
 @click.command("optimizers")
 def optimizers_command() -> None:
-    """List every registered optimizer (built-in and plug-in) with its version and description."""
+    """List every registered optimizer (built-in and plug-in): version, description, parameters."""
     from rich.console import Console
     from rich.table import Table
 
     from tandem.optimize import describe
 
     table = Table(title="tandem optimizers (compose with '+': int8+speculative(k=4))")
-    for column in ("name", "version", "description"):
+    for column in ("name", "version", "description", "parameters (name: type = default)"):
         table.add_column(column)
-    for name, version, description in describe():
-        table.add_row(name, version, description)
+    for name, version, description, params in describe():
+        table.add_row(name, version, description, params.replace(", ", "\n") or "-")
     Console().print(table)
 
 
 @click.command("profile")
 @click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
-@click.option("--recipe", default="baseline", show_default=True, help="e.g. int8+speculative(k=4)")
+@click.option(
+    "--recipe",
+    default=None,
+    help="e.g. int8+speculative(k=4) (default: the recipe `tandem serve` serves, the bench's best)",
+)
 @click.option("--batch-sizes", default="1,2,4,8,16,32", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--threads", type=click.IntRange(min=1), default=None)
@@ -76,7 +97,7 @@ def profile_command(
         _write_profile(profile, output)
         return
     from tandem.model import ModelLoadError
-    from tandem.optimize import RecipeError
+    from tandem.optimize import RecipeError, defaults
     from tandem.optimize.profile import measure_profile
 
     try:
@@ -85,6 +106,7 @@ def profile_command(
             raise ValueError
     except ValueError:
         raise click.BadParameter("a comma-separated list of positive integers", param_hint="--batch-sizes") from None
+    recipe = check_recipe(recipe or defaults.DEFAULT_RECIPE)
     try:
         profile = measure_profile(model_dir, recipe, batch_sizes=sizes, threads=threads)
     except (ModelLoadError, RecipeError, ValueError) as exc:
@@ -132,7 +154,7 @@ def bench_command(
     from rich.table import Table
 
     from tandem.model import ModelLoadError
-    from tandem.optimize import RecipeError, parse_recipe
+    from tandem.optimize import RecipeError
     from tandem.optimize.bench import DEFAULT_PRICE, rows_as_json, run_bench
     from tandem.optimize.bench_workers import BenchWorkerError
 
@@ -141,7 +163,7 @@ def bench_command(
     recipe_list = [r.strip() for r in recipes.split(",") if r.strip()]
     try:
         for recipe in recipe_list:
-            parse_recipe(recipe)
+            check_recipe(recipe)
         if "baseline" not in recipe_list:
             recipe_list.insert(0, "baseline")  # every ratio is to baseline, measured in the same run
         rows = run_bench(
@@ -195,6 +217,3 @@ def bench_command(
             "results": results,
         }
         Path(json_path).write_text(json.dumps(payload, indent=2) + "\n")
-
-
-COMMANDS = [optimizers_command, profile_command, bench_command]

@@ -9,6 +9,8 @@ list of names with optional `(key=value, ...)` parameters, applied left to right
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,10 @@ __all__ = [
     "get",
     "names",
     "describe",
+    "parameters",
+    "OptimizerParam",
     "parse_recipe",
+    "validate_recipe",
     "apply_recipe",
     "ENTRY_POINT_GROUP",
 ]
@@ -48,9 +53,25 @@ class RecipeStep:
         return f"{self.name}({', '.join(f'{k}={v}' for k, v in self.params)})"
 
 
+@dataclass(frozen=True)
+class OptimizerParam:
+    """One parameter a recipe step may set: `speculative(k=4)`."""
+
+    name: str
+    type: str
+    default: Any
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.type} = {self.default!r}"
+
+
+# Every optimizer declares these; they are not recipe parameters.
+_IDENTITY_FIELDS = frozenset({"name", "version", "description"})
+
 # name -> factory(**params) -> optimizer. An instance registered directly takes no parameters
 # unless it defines `with_params(**params)`.
 _factories: dict[str, Factory] = {}
+_registered: dict[str, Any] = {}  # name -> what was registered (an instance or a factory), for `parameters`
 _entry_points_loaded = False
 
 
@@ -62,6 +83,7 @@ def register(name: str, optimizer: InferenceOptimizer | Factory, *, replace: boo
         raise RecipeError(f"an optimizer named {name!r} is already registered")
     # A class is a factory (its fields are the recipe's parameters), even though its class attributes
     # would satisfy the protocol's structural check.
+    _registered[name] = optimizer
     if isinstance(optimizer, InferenceOptimizer) and not isinstance(optimizer, type):
         instance = optimizer
 
@@ -108,21 +130,83 @@ def get(name: str, **params: Any) -> InferenceOptimizer:
     _load_entry_points()
     if name not in _factories:
         raise RecipeError(f"unknown optimizer {name!r}; registered optimizers: {', '.join(names())}")
+    known = parameters(name) if params else []
+    unknown = sorted(set(params) - {p.name for p in known})
+    if known and unknown:  # say what it takes rather than the dataclass's TypeError
+        takes = ", ".join(str(p) for p in known)
+        raise RecipeError(f"optimizer {name!r} has no parameter {', '.join(map(repr, unknown))}; it takes {takes}")
+    for param in known:
+        if param.name in params and not _fits(params[param.name], param.type):
+            raise RecipeError(
+                f"optimizer {name!r}: parameter {param.name!r} must be {param.type}, got {params[param.name]!r}"
+            )
     try:
         return _factories[name](**params)
     except TypeError as exc:
         raise RecipeError(f"bad parameter for optimizer {name!r}: {exc}") from None
+    except ValueError as exc:  # an optimizer's own range check (k must be in [1, 16], ...)
+        raise RecipeError(str(exc)) from None
 
 
-def describe() -> list[tuple[str, str, str]]:
-    """(name, version, one-line description) of every optimizer with default parameters."""
+_SIMPLE_TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str, "None": type(None)}
+
+
+def _fits(value: Any, type_name: str) -> bool:
+    """Whether a recipe value fits a declared type like "int", "float" or "str | None" (others: not checked)."""
+    allowed = [_SIMPLE_TYPES.get(part.strip()) for part in type_name.split("|")]
+    if any(t is None for t in allowed):
+        return True
+    if isinstance(value, bool) and bool not in allowed:  # bool is an int subclass; k=true is still wrong
+        return False
+    return isinstance(value, tuple(t for group in allowed for t in (group if isinstance(group, tuple) else (group,))))
+
+
+def _type_name(annotation: Any) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
+    return text.replace("typing.", "")
+
+
+def parameters(name: str) -> list[OptimizerParam]:
+    """The recipe parameters of optimizer `name` with their types and defaults ([] if it takes none).
+
+    Read from the optimizer's dataclass fields (the built-ins' and most plug-ins' shape), else from
+    a factory's keyword arguments.
+    """
+    _load_entry_points()
+    if name not in _factories:
+        raise RecipeError(f"unknown optimizer {name!r}; registered optimizers: {', '.join(names())}")
+    source = _registered.get(name)  # absent for a plug-in that failed to load
+    if source is None:
+        return []
+    if dataclasses.is_dataclass(source):
+        if not isinstance(source, type) and not hasattr(source, "with_params"):
+            return []  # an instance without with_params takes no parameters
+        return [
+            OptimizerParam(f.name, _type_name(f.type), f.default)
+            for f in dataclasses.fields(source)
+            if f.init and f.name not in _IDENTITY_FIELDS and f.default is not dataclasses.MISSING
+        ]
+    try:
+        signature = inspect.signature(source)
+    except (TypeError, ValueError):
+        return []
+    return [
+        OptimizerParam(p.name, _type_name(p.annotation) if p.annotation is not p.empty else "any", p.default)
+        for p in signature.parameters.values()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is not p.empty
+    ]
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """(name, version, one-line description, parameters) of every optimizer with default parameters."""
     rows = []
     for name in names():
         try:
             opt = get(name)
-            rows.append((name, opt.version, opt.description))
+            params = ", ".join(str(p) for p in parameters(name))
+            rows.append((name, opt.version, opt.description, params))
         except RecipeError as exc:
-            rows.append((name, "?", str(exc)))
+            rows.append((name, "?", str(exc), ""))
     return rows
 
 
@@ -173,6 +257,18 @@ def parse_recipe(recipe: str) -> list[RecipeStep]:
             raise RecipeError(f"unknown optimizer {name!r} in recipe {recipe!r}; registered: {', '.join(names())}")
         parsed.append(RecipeStep(name, params))
     return parsed
+
+
+def validate_recipe(recipe: str) -> list[RecipeStep]:
+    """Parse `recipe` and build each step's optimizer (no model needed), so an unknown optimizer or
+    parameter, or a value out of range, is a RecipeError before anything loads."""
+    steps = parse_recipe(recipe)
+    for step in steps:
+        try:
+            get(step.name, **dict(step.params))
+        except RecipeError as exc:
+            raise RecipeError(f"recipe {recipe!r}: {exc}") from None
+    return steps
 
 
 def apply_recipe(model: Any, recipe: str) -> OptimizedModel:

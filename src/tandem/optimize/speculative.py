@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from tandem.contracts import OptimizedModel
+from tandem.data.bundled import bundled_draft_dir
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.sampler import filtered_probs
 from tandem.engine.sequence import Sequence
@@ -25,7 +26,7 @@ __all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir"]
 
 
 def default_draft_dir() -> Path:
-    return Path(__file__).resolve().parents[3] / "models" / "tandem-code-draft"
+    return bundled_draft_dir()
 
 
 @dataclass

@@ -8,13 +8,22 @@ and routes with `tandem.contracts` types (Profile, ReplicaLoad) and starts repli
 - routers: least-outstanding, power-of-two, region-aware with spill-over, prefix-affinity
 - breaker, fallback: a circuit breaker per variant; retry on the fallback before the first byte
 - controller: the one impure loop (probe, collect loads, scale, drain before stop); rollout: `use()`
+- restarts: backoff after replicas fail to start, and when a variant gives up
+- traffic: replicas' own load reports merged with the gateway's in-flight counts; token demand
 - dispatch: the per-request side the gateway calls (pick a replica, account for outcomes, fall back)
-- deployment: the deployment file (YAML, validated)
+- deployment: the deployment file (YAML, validated; its JSON Schema)
 """
 
 from tandem.schedule.breaker import BreakerBoard, BreakerConfig, BreakerMode, BreakerState, Outcome
-from tandem.schedule.controller import Controller, ControllerConfig, Pool, TickReport
-from tandem.schedule.deployment import Deployment, DeploymentError, apply_flags, load_deployment, parse_deployment
+from tandem.schedule.controller import Controller, ControllerConfig, Pool, Snapshot, TickReport
+from tandem.schedule.deployment import (
+    Deployment,
+    DeploymentError,
+    apply_flags,
+    deployment_schema,
+    load_deployment,
+    parse_deployment,
+)
 from tandem.schedule.dispatch import Dispatcher, Target
 from tandem.schedule.fallback import FailureKind, FallbackPlan, after_failure, breaker_outcome
 from tandem.schedule.metrics import SchedulerMetrics
@@ -29,6 +38,7 @@ from tandem.schedule.policies import (
     TokenDemand,
     make_policy,
 )
+from tandem.schedule.restarts import StartHistory
 from tandem.schedule.rollout import Phase, Rollout
 from tandem.schedule.routers import (
     LeastOutstanding,
@@ -39,7 +49,7 @@ from tandem.schedule.routers import (
     RouteRequest,
     make_router,
 )
-from tandem.schedule.traffic import DemandMeter, InFlight
+from tandem.schedule.traffic import DemandMeter, InFlight, LoadReport, estimate
 from tandem.schedule.variant import Variant
 
 __all__ = [
@@ -59,6 +69,7 @@ __all__ = [
     "HpaParams",
     "InFlight",
     "KpaParams",
+    "LoadReport",
     "LeastOutstanding",
     "Outcome",
     "Phase",
@@ -74,6 +85,8 @@ __all__ = [
     "ScaleContext",
     "ScaleLimits",
     "SchedulerMetrics",
+    "Snapshot",
+    "StartHistory",
     "Target",
     "TickReport",
     "TokenDemand",
@@ -81,6 +94,8 @@ __all__ = [
     "after_failure",
     "apply_flags",
     "breaker_outcome",
+    "deployment_schema",
+    "estimate",
     "load_deployment",
     "make_policy",
     "make_router",

@@ -23,7 +23,9 @@ controller: {drain_timeout_s: 120, start_timeout_s: 300}
 ```
 
 pydantic validates at this edge only; a bad file raises DeploymentError naming the file, the field
-(`variants[1].replicas.max`) and what is wrong. Inside, everything is frozen dataclasses.
+(`variants[1].replicas.max`) and what is wrong, and for an unknown field the closest known one
+("variants[0].replcas: unknown field (did you mean replicas?)"). Inside, everything is frozen
+dataclasses. `deployment_schema()` is the file's JSON Schema (`tandem serve --print-deployment-schema`).
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from tandem.contracts import Profile
+from tandem.edge.files import ConfigError, describe_errors, load_mapping, unknown_key
 from tandem.schedule.breaker import BreakerConfig
 from tandem.schedule.controller import ControllerConfig, Pool
 from tandem.schedule.fallback import FallbackPlan
@@ -49,10 +51,18 @@ from tandem.schedule.policies import POLICIES, Policy, ScaleLimits
 from tandem.schedule.routers import Router, make_router
 from tandem.schedule.variant import Variant
 
-__all__ = ["Deployment", "DeploymentError", "VariantPlan", "apply_flags", "load_deployment", "parse_deployment"]
+__all__ = [
+    "Deployment",
+    "DeploymentError",
+    "VariantPlan",
+    "apply_flags",
+    "deployment_schema",
+    "load_deployment",
+    "parse_deployment",
+]
 
 
-class DeploymentError(ValueError):
+class DeploymentError(ConfigError):
     """The deployment file is unusable; the message names the file, the field and the problem."""
 
 
@@ -76,21 +86,27 @@ class _Replicas(_Strict):
 
 
 class _Variant(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    recipe: str = Field(min_length=1)
-    profile: str | dict[str, Any] | None = None
-    model: str | None = None
-    threads: int | None = Field(None, ge=1)
+    name: str = Field(
+        min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="How routing and metrics call it."
+    )
+    recipe: str | None = Field(
+        None, min_length=1, description="Optimizer recipe, as text the replica validates (omit: its default)."
+    )
+    profile: str | dict[str, Any] | None = Field(
+        None, description="Measured Profile: a JSON file (relative to this file) or inline; capacity needs it."
+    )
+    model: str | None = Field(None, description="HF model directory (default: the file's model).")
+    threads: int | None = Field(None, ge=1, description="torch threads per replica.")
     regions: list[str] | None = Field(None, min_length=1)
     replicas: _Replicas = _Replicas()
-    args: list[str] = []
+    args: list[str] = Field([], description="More `tandem serve` flags for each replica, verbatim.")
 
 
 class _Policy(_Strict):
     name: Literal["hpa", "kpa", "capacity"] = "capacity"
-    interval_s: float = Field(1.0, gt=0)
-    params: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
+    interval_s: float = Field(1.0, gt=0, description="Seconds between controller ticks.")
+    params: dict[str, Any] = Field({}, description="The policy's parameters (HpaParams, KpaParams, CapacityParams).")
+    limits: dict[str, Any] = Field({}, description="ScaleLimits: rates, steps and cooldowns.")
 
 
 class _Router(_Strict):
@@ -103,17 +119,24 @@ class _Retries(_Strict):
 
 
 class _File(_Strict):
-    model: str | None = None
-    threads: int | None = Field(None, ge=1)
+    model_config = ConfigDict(extra="forbid", frozen=True, title="tandem deployment file")
+
+    model: str | None = Field(None, description="Every variant's model directory (omit: the bundled model).")
+    threads: int | None = Field(None, ge=1, description="torch threads per replica.")
     regions: list[str] = Field(["local"], min_length=1)
-    primary: str | None = None
-    fallback: str | None = None
+    primary: str | None = Field(None, description="The variant that serves by default (default: the first).")
+    fallback: str | None = Field(None, description="The variant that re-runs requests failed before the first byte.")
     variants: list[_Variant] = Field(min_length=1)
     policy: _Policy = _Policy()
     router: _Router = _Router()
-    breaker: dict[str, Any] = {}
+    breaker: dict[str, Any] = Field({}, description="BreakerConfig fields.")
     retries: _Retries = _Retries()
-    controller: dict[str, Any] = {}
+    controller: dict[str, Any] = Field({}, description="ControllerConfig fields (timeouts, restart backoff).")
+
+
+def deployment_schema() -> dict[str, Any]:
+    """The deployment file's JSON Schema (for editors and CI checks of deployment files)."""
+    return _File.model_json_schema()
 
 
 # --- what the rest of tandem uses (dataclasses) -------------------------------------------------
@@ -159,38 +182,16 @@ class Deployment:
 
 
 # --- parsing -------------------------------------------------------------------------------------
-def _where(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
-def _describe(exc: ValidationError, prefix: str = "") -> str:
-    lines = []
-    for err in exc.errors():
-        field = _where(tuple(err["loc"]))
-        field = f"{prefix}.{field}" if prefix and field != "(top level)" else (prefix or field)
-        if err["type"] == "extra_forbidden":
-            lines.append(f"{field}: unknown field")
-        elif err["type"] == "missing":
-            lines.append(f"{field}: required")
-        else:
-            got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
-            lines.append(f"{field}: {err['msg'].removeprefix('Value error, ')}{got}")
-    return "; ".join(lines)
-
-
 def _dataclass(kind: type, raw: Mapping[str, Any], where: str, fixed: Mapping[str, Any] | None = None):
     """Build a frozen dataclass from a mapping: unknown keys and bad values name `where`."""
     known = [f.name for f in dataclasses.fields(kind) if f.name not in (fixed or {})]
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise DeploymentError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(known)})")
+        raise DeploymentError(unknown_key(f"{where}.{unknown[0]}", unknown[0], known))
     try:
         return TypeAdapter(kind).validate_python({**raw, **(fixed or {})})
     except ValidationError as exc:
-        raise DeploymentError(_describe(exc, where)) from None
+        raise DeploymentError("; ".join(describe_errors(exc, within=where))) from None
 
 
 def _profile(raw: str | dict[str, Any] | None, base_dir: Path, where: str) -> Profile | None:
@@ -212,7 +213,7 @@ def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
     try:
         spec = _File.model_validate(raw)
     except ValidationError as exc:
-        raise DeploymentError(_describe(exc)) from None
+        raise DeploymentError("; ".join(describe_errors(exc, _File))) from None
     names = [v.name for v in spec.variants]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -273,26 +274,27 @@ def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
     )
 
 
+def read_deployment_file(path: str | Path) -> dict[str, Any]:
+    """The raw mapping of a deployment file (YAML, or JSON by its .json suffix), not validated yet."""
+    try:
+        return load_mapping(path, "deployment file")
+    except ConfigError as exc:
+        raise DeploymentError(str(exc)) from None
+
+
 def load_deployment(path: str | Path) -> Deployment:
     """Read and validate a deployment file (YAML, or JSON by its .json suffix)."""
-    path = Path(path)
+    raw = read_deployment_file(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise DeploymentError(f"{path}: cannot read the deployment file ({exc.strerror or exc})") from None
-    try:
-        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise DeploymentError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({exc})") from None
-    if not isinstance(raw, dict):
-        raise DeploymentError(f"{path}: the deployment file must be a mapping of fields")
-    try:
-        return parse_deployment(raw, path.parent)
+        return parse_deployment(raw, Path(path).parent)
     except DeploymentError as exc:
         raise DeploymentError(f"{path}: {exc}") from None
 
 
-def _variant_name(recipe: str) -> str:
+def variant_name(recipe: str | None) -> str:
+    """A variant's name from its recipe ("int8+ngram" -> "int8-ngram"); "default" for the default recipe."""
+    if recipe is None:
+        return "default"
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", recipe).strip("-") or "primary"
 
 
@@ -323,7 +325,7 @@ def apply_flags(
     if recipe is not None:
         match = next((v for v in variants if v.get("recipe") == recipe), None)
         if match is None:
-            match = {"name": _variant_name(recipe), "recipe": recipe}
+            match = {"name": variant_name(recipe), "recipe": recipe}
             variants.insert(0, match)
         out["primary"] = match["name"]
     if not variants:
@@ -342,7 +344,7 @@ def apply_flags(
     if fallback is not None:
         match = next((v for v in variants if v.get("name") == fallback), None)
         if match is None:
-            match = {"name": _variant_name(fallback), "recipe": fallback}
+            match = {"name": variant_name(fallback), "recipe": fallback}
             variants.append(match)
         out["fallback"] = match["name"]
     for variant in variants:

@@ -4,12 +4,13 @@
     ... proxy to target.url; on success: dispatcher.succeeded(target, prompt_tokens, output_tokens)
     ... on failure: decision = dispatcher.failed(attempts, kind, first_byte_sent)
         Retry -> dispatcher.pick(RouteRequest(..., exclude=decision.exclude), variant=decision.variant)
-        ErrorEvent -> send decision.sse() and end the stream; Fail -> decision.status; PassThrough
+        ErrorEvent -> end the stream with an error event; Fail -> answer decision.status; PassThrough
     ... client went away: dispatcher.abandoned(target)
 
 It picks the variant by the controller's traffic weights (a rollout splits traffic), diverts to
 the fallback variant while the chosen variant's breaker is open, picks the replica with the router
-over the gateway's own in-flight counts, and keeps those counts, the breakers, the demand meter and
+over the replicas' loads (their own GET /load reports, refreshed by the gateway's in-flight counts),
+and keeps those counts, the breakers, the demand meter and
 the metrics up to date. `tandem:fallback_total{variant}` counts requests served by the fallback
 instead of `variant`: re-runs after a failure and diversions by an open breaker.
 Not thread-safe: call it from the gateway's event loop.
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from tandem.cluster.backend import Backend, ReplicaState
+from tandem.cluster.backend import Backend
 from tandem.contracts import ReplicaLoad
 from tandem.schedule.breaker import BreakerBoard, Outcome
 from tandem.schedule.fallback import Attempt, Decision, FailureKind, FallbackPlan, Retry, after_failure, breaker_outcome
@@ -69,6 +70,7 @@ class Dispatcher:
 
     # --- choosing ------------------------------------------------------------------------------
     def loads(self, variant: str | None = None) -> list[ReplicaLoad]:
+        """Each replica's load: its last report refreshed by this gateway's in-flight counts (InFlight)."""
         replicas = [r for r in self.backend.list() if variant is None or r.variant == variant]
         return list(self.inflight.loads(replicas).values())
 
@@ -162,6 +164,3 @@ class Dispatcher:
     def _observe_breaker(self, variant: str) -> None:
         if self.metrics is not None:
             self.metrics.observe_breaker(variant, self.breakers.mode(variant))
-
-    def ready_replicas(self, variant: str) -> int:
-        return sum(1 for r in self.backend.list() if r.variant == variant and r.state is ReplicaState.READY)

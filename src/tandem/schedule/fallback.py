@@ -17,7 +17,6 @@ stream ends with a clear error event instead.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -34,7 +33,6 @@ __all__ = [
     "after_failure",
     "breaker_outcome",
     "classify_status",
-    "error_event",
 ]
 
 
@@ -88,13 +86,10 @@ class Retry:
 
 @dataclass(frozen=True)
 class ErrorEvent:
-    """End the stream with this event (the first byte was already sent)."""
+    """End the stream with an error event and `data: [DONE]` (the first byte was already sent)."""
 
     message: str
     code: str
-
-    def sse(self) -> str:
-        return f"data: {json.dumps(error_event(self.message, self.code))}\n\n"
 
 
 @dataclass(frozen=True)
@@ -109,11 +104,6 @@ class PassThrough:
 
 
 Decision = Retry | ErrorEvent | Fail | PassThrough
-
-
-def error_event(message: str, code: str) -> dict:
-    """The OpenAI-style error object sent as the last server-sent event of a broken stream."""
-    return {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
 
 
 def after_failure(

@@ -3,7 +3,9 @@
 - `tandem:replicas{variant,state}`: replicas by state (starting, ready, draining), set every tick;
 - `tandem:fallback_total{variant}`: requests re-run on the fallback variant after failing on `variant`;
 - `tandem:breaker_state{variant}`: 0 closed, 1 half-open, 2 open;
-- `tandem:scale_decisions_total{policy,direction}`: decisions that changed a replica count (up, down).
+- `tandem:scale_decisions_total{policy,direction}`: decisions that changed a replica count (up, down);
+- `tandem:replica_restarts_total{variant}`: replicas that ended without being asked to (a crash, a
+  failed start) and were replaced.
 The gateway serves them beside its own, from the registry it passes in.
 """
 
@@ -47,6 +49,13 @@ class SchedulerMetrics:
             registry=self.registry,
         )
 
+        self.restarts = Counter(
+            PREFIX + "replica_restarts",  # exposed as tandem:replica_restarts_total
+            "Replicas that ended without being asked to (crashed or failed to start) and were replaced.",
+            ("variant",),
+            registry=self.registry,
+        )
+
     def observe_replicas(self, variants: Iterable[str], replicas: Iterable[Replica]) -> None:
         counts = {(v, s): 0 for v in variants for s in _STATES}
         for replica in replicas:
@@ -63,3 +72,6 @@ class SchedulerMetrics:
 
     def count_decision(self, policy: str, direction: str) -> None:
         self.scale_decisions.labels(policy, direction).inc()
+
+    def count_restart(self, variant: str) -> None:
+        self.restarts.labels(variant).inc()

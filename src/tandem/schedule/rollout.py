@@ -9,8 +9,9 @@ next state and the actions for the controller to carry out.
    per tick (1.0: at once).
 3. DRAINING: drain every old replica (no new requests; in-flight ones finish) and let the
    controller stop each when it is idle.
-4. DONE once no old replica is left. If the new replicas are not all ready within `timeout_s`, the
-   rollout is ABORTED: the new ones are drained, the old variant keeps all the traffic.
+4. DONE once no old replica is left. If the new replicas are not all ready within `timeout_s`, or
+   (`abort`) the new variant's replicas keep failing to start, the rollout is ABORTED: the new ones
+   are drained, the old variant keeps all the traffic, and `reason` says why.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-__all__ = ["DrainVariant", "Fleet", "Phase", "Rollout", "StartReplicas", "step", "weights"]
+__all__ = ["DrainVariant", "Fleet", "Phase", "Rollout", "StartReplicas", "abort", "step", "weights"]
 
 
 class Phase(StrEnum):
@@ -40,6 +41,7 @@ class Rollout:
     weight: float = 0.0  # the new variant's share of traffic
     shift_step: float = 1.0
     timeout_s: float = 600.0
+    reason: str = ""  # why it was aborted
 
     @property
     def finished(self) -> bool:
@@ -69,6 +71,11 @@ class DrainVariant:
 Action = StartReplicas | DrainVariant
 
 
+def abort(rollout: Rollout, reason: str) -> tuple[Rollout, tuple[Action, ...]]:
+    """Give up: the old variant keeps (or gets back) all the traffic, the new one is drained."""
+    return replace(rollout, phase=Phase.ABORTED, weight=0.0, reason=reason), (DrainVariant(rollout.new),)
+
+
 def step(rollout: Rollout, fleet: Fleet, now: float) -> tuple[Rollout, tuple[Action, ...]]:
     def live(variant: str) -> int:
         return fleet.live.get(variant, 0)
@@ -77,7 +84,7 @@ def step(rollout: Rollout, fleet: Fleet, now: float) -> tuple[Rollout, tuple[Act
         if fleet.ready.get(rollout.new, 0) >= rollout.target:
             rollout = replace(rollout, phase=Phase.SHIFTING)
         elif now - rollout.started_at > rollout.timeout_s:
-            return replace(rollout, phase=Phase.ABORTED, weight=0.0), (DrainVariant(rollout.new),)
+            return abort(rollout, f"the new replicas were not ready within {rollout.timeout_s:g} s")
         else:
             missing = rollout.target - live(rollout.new)
             return rollout, ((StartReplicas(rollout.new, missing),) if missing > 0 else ())

@@ -1,9 +1,15 @@
-"""What the gateway tells the scheduling layer about traffic: in-flight requests per replica,
-requests buffered per variant, and token demand per variant over a sliding window.
+"""What the scheduling layer knows about each replica's load, and about demand.
 
-`InFlight.loads` turns the gateway's own counts into the `ReplicaLoad`s routers and policies read:
-exact and current for requests that went through this gateway, with no scraping delay.
-Not thread-safe: update it from the gateway's event loop (the controller reads plain ints).
+Two sources, merged into the `ReplicaLoad`s routers and policies read (`InFlight.loads`):
+- each replica's own report (GET /load: running, waiting, KV fraction in use, healthy), polled by
+  the gateway once per controller tick and recorded with `InFlight.report`;
+- the gateway's own in-flight counts, exact and current, which refresh a report between polls:
+  what the gateway sent since the poll is added to it, what finished is taken off (`estimate`).
+A replica with no fresh report (none yet, or the last is older than `report_max_age_s`) is
+described by the gateway's counts alone, its KV use unknown (0).
+
+Also requests buffered per variant, and token demand per variant over a sliding window.
+Not thread-safe: update it from the gateway's event loop (the controller reads plain values).
 """
 
 from __future__ import annotations
@@ -11,21 +17,72 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.contracts import ReplicaLoad
 from tandem.schedule.policies.context import TokenDemand
 
-__all__ = ["DemandMeter", "InFlight"]
+__all__ = ["DemandMeter", "InFlight", "LoadReport", "estimate"]
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """A replica's own ReplicaLoad, when it was polled, and the gateway's in-flight count to it then."""
+
+    load: ReplicaLoad
+    at: float
+    inflight: int
+
+
+def estimate(replica: Replica, report: LoadReport | None, inflight: int, reachable: bool) -> ReplicaLoad:
+    """The load of `replica` now: its last report, refreshed by the gateway's in-flight change since.
+
+    Outstanding requests (running + waiting) are the report's plus what the gateway sent since minus
+    what finished, and never fewer than the gateway has in flight there now. New requests count as
+    running (the engine admits them at its next step) unless the report had a queue; KV use is the
+    report's. Healthy: READY, not just refused a connection, and (if it reported) says so itself.
+    """
+    healthy = replica.state is ReplicaState.READY and reachable
+    if report is None:
+        running, waiting, kv_used = inflight, 0, 0.0
+    else:
+        r = report.load
+        outstanding = max(inflight, r.running + r.waiting + inflight - report.inflight)
+        waiting = min(r.waiting, outstanding)
+        running, kv_used = outstanding - waiting, r.kv_used
+        healthy = healthy and r.healthy
+    return ReplicaLoad(
+        replica_id=replica.replica_id,
+        region=replica.region,
+        variant=replica.variant,
+        running=running,
+        waiting=waiting,
+        kv_used=kv_used,
+        healthy=healthy,
+    )
 
 
 class InFlight:
-    def __init__(self, clock: Callable[[], float] = time.monotonic, unreachable_s: float = 5.0) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, unreachable_s: float = 5.0, report_max_age_s: float = 5.0
+    ) -> None:
         self.clock = clock
         self.unreachable_s = unreachable_s  # how long a replica that refused a connection is skipped
+        self.report_max_age_s = report_max_age_s  # an older report is ignored (the replica stopped answering)
         self.running: Counter[str] = Counter()  # replica id -> requests proxied and not finished
         self.buffered: Counter[str] = Counter()  # variant -> requests waiting at the gateway for a replica
         self.unreachable: dict[str, float] = {}  # replica id -> skipped until (the controller probes it meanwhile)
+        self.reports: dict[str, LoadReport] = {}  # replica id -> its last GET /load
+
+    def report(self, load: ReplicaLoad) -> None:
+        """Record what a replica just reported about itself (its id is the gateway's name for it)."""
+        self.reports[load.replica_id] = LoadReport(load, self.clock(), self.running.get(load.replica_id, 0))
+
+    def forget(self, keep: Sequence[str]) -> None:
+        """Drop the reports of replicas no longer in the fleet."""
+        for replica_id in set(self.reports) - set(keep):
+            del self.reports[replica_id]
 
     def begin(self, replica_id: str) -> None:
         self.running[replica_id] += 1
@@ -35,8 +92,12 @@ class InFlight:
         if self.running[replica_id] <= 0:
             del self.running[replica_id]
 
-    def mark_unreachable(self, replica_id: str) -> None:
-        self.unreachable[replica_id] = self.clock() + self.unreachable_s
+    def mark_unreachable(self, replica_id: str, for_s: float | None = None) -> None:
+        """Skip `replica_id` for `for_s` seconds (default unreachable_s; math.inf: until mark_reachable)."""
+        self.unreachable[replica_id] = self.clock() + (self.unreachable_s if for_s is None else for_s)
+
+    def mark_reachable(self, replica_id: str) -> None:
+        self.unreachable.pop(replica_id, None)
 
     def reachable(self, replica_id: str) -> bool:
         until = self.unreachable.get(replica_id)
@@ -47,17 +108,17 @@ class InFlight:
             return True
         return False
 
+    def fresh_report(self, replica_id: str) -> LoadReport | None:
+        report = self.reports.get(replica_id)
+        if report is None or self.clock() - report.at > self.report_max_age_s:
+            return None
+        return report
+
     def loads(self, replicas: Sequence[Replica]) -> dict[str, ReplicaLoad]:
-        """A load per replica; only READY ones the gateway has not just seen refusing are healthy."""
+        """A load per replica (`estimate`); only READY ones the gateway has not just seen refusing are healthy."""
         return {
-            r.replica_id: ReplicaLoad(
-                replica_id=r.replica_id,
-                region=r.region,
-                variant=r.variant,
-                running=self.running.get(r.replica_id, 0),
-                waiting=0,
-                kv_used=0.0,
-                healthy=r.state is ReplicaState.READY and self.reachable(r.replica_id),
+            r.replica_id: estimate(
+                r, self.fresh_report(r.replica_id), self.running.get(r.replica_id, 0), self.reachable(r.replica_id)
             )
             for r in replicas
         }

@@ -18,15 +18,15 @@ __all__ = ["Variant"]
 @dataclass(frozen=True)
 class Variant:
     name: str  # how routing, metrics and the deployment file call it
-    recipe: str  # the optimizer recipe a replica is started with ("int8+speculative(k=4)")
+    recipe: str | None  # the optimizer recipe, as text ("int8+speculative(k=4)"); None: the replicas' default
     profile: Profile | None = None  # measured; required by the capacity policy
     model: str | None = None  # the model directory (None: the bundled default)
     threads: int | None = None  # torch threads per replica
     extra_args: tuple[str, ...] = ()  # more `tandem serve` flags, verbatim
 
     def __post_init__(self) -> None:
-        if not self.name or not self.recipe:
-            raise ValueError("a Variant needs a name and a recipe")
+        if not self.name or self.recipe == "":
+            raise ValueError("a Variant needs a name, and a recipe that is None (the default) or not empty")
 
     def spec(self, region: str = "local") -> ReplicaSpec:
         """What a backend needs to start one replica of this variant in `region`."""

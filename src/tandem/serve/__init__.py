@@ -1,8 +1,9 @@
-"""tandem.serve: the OpenAI-compatible HTTP server (`tandem serve`).
+"""tandem.serve: one replica's OpenAI-compatible HTTP server (`tandem serve` without gateway flags).
 
 `create_app(config, load)` builds the FastAPI app around whatever `load()` returns (a ServedModel);
-`run_server(config)` runs it under uvicorn with graceful shutdown; `ServerConfig` holds every setting.
-Names are imported on first use, so `tandem --help` (which imports tandem.serve.cli) stays fast.
+`run_server(config)` runs it under uvicorn with graceful shutdown. Its settings are
+`tandem.edge.settings.Settings` (shared with the gateway, tandem.gateway). Names are imported on
+first use, so `tandem --help` (which imports tandem.serve.cli) stays fast.
 """
 
 from __future__ import annotations
@@ -11,25 +12,15 @@ import importlib
 from typing import Any
 
 __all__ = [
-    "APIError",
-    "ConfigError",
     "ServedModel",
-    "ServerConfig",
-    "build_config",
     "create_app",
-    "load_config_file",
     "load_served_model",
     "run_server",
 ]
 
 _HOME = {
-    "APIError": "tandem.serve.errors",
-    "ConfigError": "tandem.serve.config",
     "ServedModel": "tandem.serve.served",
-    "ServerConfig": "tandem.serve.config",
-    "build_config": "tandem.serve.config",
     "create_app": "tandem.serve.app",
-    "load_config_file": "tandem.serve.config",
     "load_served_model": "tandem.serve.served",
     "run_server": "tandem.serve.server",
 }

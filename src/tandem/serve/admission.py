@@ -8,7 +8,7 @@ Used from the event loop thread only, so plain integers suffice.
 
 from __future__ import annotations
 
-from tandem.serve.errors import APIError
+from tandem.edge.errors import APIError
 
 __all__ = ["Admission", "Lease"]
 

@@ -8,27 +8,32 @@ other front ends can build an app around any ServedModel.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from tandem.serve.auth import ApiKeyMiddleware
-from tandem.serve.config import ServerConfig
-from tandem.serve.errors import install_error_handlers
-from tandem.serve.limits import BodySizeLimitMiddleware
+from tandem.edge.auth import ApiKeyMiddleware
+from tandem.edge.bodies import RequestBodyMiddleware
+from tandem.edge.errors import install_error_handlers
+from tandem.edge.openapi import install_openapi
+from tandem.edge.settings import Settings
+from tandem.serve.api_docs import SERVER_OPERATIONS
 from tandem.serve.openai_api import build_router
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
 
-__all__ = ["create_app", "describe_load_error"]
+__all__ = ["FLEET_PROTECTED", "create_app", "describe_load_error"]
 
 logger = logging.getLogger("tandem.serve")
+
+FLEET_PROTECTED = ("/v1", "/load", "/metrics", "/docs", "/redoc", "/openapi.json")
 
 
 def describe_load_error(exc: BaseException) -> str:
@@ -42,7 +47,7 @@ def describe_load_error(exc: BaseException) -> str:
 
 
 def create_app(
-    config: ServerConfig,
+    config: Settings,
     load: Callable[[], ServedModel],
     *,
     clock: Callable[[], float] = time.monotonic,
@@ -113,12 +118,23 @@ def create_app(
         status = "draining" if state.admission.draining else ("failed" if state.load_error else "loading")
         return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
 
+    @app.get("/load")
+    async def load_report(request: Request) -> dict:
+        """This replica's ReplicaLoad (running, waiting, KV fraction in use, healthy): what routers decide on."""
+        server = request.scope.get("server") or (config.host, config.port)
+        return dataclasses.asdict(state.load(f"{server[0]}:{server[1]}"))
+
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    # Starlette runs the last-added middleware first: auth, then the body limit, then the routes.
-    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=config.max_body_bytes)
-    if config.api_key:
+    install_openapi(app, SERVER_OPERATIONS)
+    # Starlette runs the last-added middleware first: auth, then the body checks, then the routes.
+    app.add_middleware(RequestBodyMiddleware, max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout)
+    if config.fleet_secret is not None:
+        # A replica of a gateway's fleet answers only that gateway (the user's key stays there):
+        # everything but the liveness and readiness probes needs the fleet's secret.
+        app.add_middleware(ApiKeyMiddleware, api_key=config.fleet_secret.get_secret_value(), protected=FLEET_PROTECTED)
+    elif config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
     return app

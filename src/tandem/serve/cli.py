@@ -1,53 +1,54 @@
-"""`tandem serve`: the OpenAI-compatible server. Flags override --config FILE, which overrides defaults."""
+"""`tandem serve`: one replica's OpenAI-compatible server, or (with gateway flags) the gateway in front of many.
+
+Every flag is also a setting in a config file (`--config FILE`, the flags' names) and a TANDEM_*
+environment variable; flags win over variables, which win over the file (tandem.edge.settings).
+The gateway's own flags live beside it (tandem.gateway.options); in gateway mode this process
+never imports torch.
+"""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from tandem.serve.config import ConfigError, ServerConfig, build_config
+from tandem.edge.options import connection_options
+from tandem.edge.settings import ConfigError, Settings, load_settings
+from tandem.gateway.options import gateway_options
 
 __all__ = ["serve", "preflight"]
 
-# Flags that switch `tandem serve` into gateway mode; they configure the deployment, not ServerConfig.
-GATEWAY_FLAGS = ("deployment", "replicas_min", "replicas_max", "policy", "fallback", "regions")
 
+def preflight(config: Settings) -> None:
+    """Cheap checks before the server starts, so a typo is a one-line error, not a failed load later.
 
-def preflight(config: ServerConfig) -> None:
-    """Cheap checks before the server starts, so a typo is a one-line error, not a failed load later."""
-    from tandem.model import default_model_dir
-    from tandem.optimize import RecipeError, parse_recipe
+    The recipe's optimizers are built (not applied): a bad parameter (`speculative(q=3)`) fails here,
+    in seconds, rather than after the model loaded.
+    """
+    from tandem.model import ModelLoadError
+    from tandem.model.hub import resolve_model
+    from tandem.optimize.cli import check_recipe
     from tandem.serve.served import resolve_recipe
 
-    model_dir = Path(config.model) if config.model else default_model_dir()
-    if not model_dir.is_dir():
-        hint = "" if config.model else " (the bundled default model is not built; pass --model DIR)"
-        raise click.ClickException(f"{model_dir}: model directory does not exist{hint}")
+    check_recipe(resolve_recipe(config.recipe))  # one line and exit 2, as every command reports a bad recipe
     try:
-        parse_recipe(resolve_recipe(config.recipe))
-    except RecipeError as exc:
+        resolve_model(config.model)  # a directory, or a Hugging Face id fetched into (or found in) its cache
+    except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from None
 
 
 @click.command()
-@click.option("--model", type=click.Path(), default=None, help="HF model directory (default: the bundled model).")
+@click.option("--model", default=None, help="Model directory or Hugging Face id org/name[@rev] (default: bundled).")
 @click.option("--recipe", default=None, help="Optimizer recipe, e.g. 'bf16' (default: the bench's best).")
 @click.option("--host", default=None, help="Address to bind.  [default: 127.0.0.1]")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port (0: any free one).  [default: 8000]")
-@click.option(
-    "--api-key",
-    envvar="TANDEM_API_KEY",
-    default=None,
-    help="Require 'Authorization: Bearer KEY' on /v1 routes (or set TANDEM_API_KEY).",
-)
+@click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' on /v1 (and the gateway's /admin).")
 @click.option(
     "--config",
     "config_file",
     type=click.Path(),
     default=None,
-    help="YAML or JSON file of settings (the names of these flags, with underscores).",
+    help="YAML or JSON file of settings (the names of these flags); or set TANDEM_CONFIG.",
 )
 @click.option("--served-model-name", default=None, help="Name clients send as 'model' (default: the directory's).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None, help="Weights dtype.")
@@ -64,6 +65,12 @@ def preflight(config: ServerConfig) -> None:
     "--max-num-seqs", type=click.IntRange(min=1), default=None, help="Sequences running at once.  [default: 64]"
 )
 @click.option(
+    "--max-prefill-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Prompt tokens prefilled per engine step.  [default: 512]",
+)
+@click.option(
     "--max-queue",
     type=click.IntRange(min=0),
     default=None,
@@ -71,6 +78,10 @@ def preflight(config: ServerConfig) -> None:
 )
 @click.option(
     "--max-body-bytes", type=click.IntRange(min=256), default=None, help="Larger bodies get 413.  [default: 1048576]"
+)
+@click.option("--max-n", type=click.IntRange(min=1), default=None, help="Most choices per prompt (n).  [default: 16]")
+@click.option(
+    "--retry-after-s", type=click.IntRange(min=0), default=None, help="Retry-After sent with a 429.  [default: 1]"
 )
 @click.option(
     "--shutdown-timeout",
@@ -81,24 +92,30 @@ def preflight(config: ServerConfig) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads (default: all cores).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 @click.option("--access-log/--no-access-log", default=None, help="Log one line per request.")
-# Gateway mode (any of these): a router and an autoscaler in front of local replicas (tandem.serve.gateway).
-@click.option("--deployment", type=click.Path(), default=None, help="Gateway: deployment file (YAML) of variants.")
-@click.option("--replicas-min", type=click.IntRange(min=0), default=None, help="Gateway: fewest primary replicas.")
-@click.option("--replicas-max", type=click.IntRange(min=1), default=None, help="Gateway: most primary replicas.")
-@click.option("--policy", type=click.Choice(["hpa", "kpa", "capacity"]), default=None, help="Gateway: autoscaler.")
-@click.option("--fallback", default=None, help="Gateway: recipe (or variant) that re-runs failed requests.")
-@click.option("--regions", default=None, help="Gateway: comma-separated regions to place replicas in.")
+# Set by a gateway on the replicas it starts: who they are (GET /load reports it) and whom they outlive.
+@click.option("--replica-id", default=None, hidden=True)
+@click.option("--replica-region", default=None, hidden=True)
+@click.option("--replica-variant", default=None, hidden=True)
+@click.option("--parent-pid", type=click.IntRange(min=1), default=None, hidden=True)
+@connection_options
+@gateway_options
 def serve(config_file: str | None, **flags) -> None:
-    """Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics)."""
-    gateway = {name: flags.pop(name) for name in GATEWAY_FLAGS}
+    """Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics).
+
+    With --replicas-min/--replicas-max/--policy/--fallback/--regions/--deployment: a gateway that
+    routes, autoscales and falls back over local replicas (each a plain `tandem serve`).
+
+    Every flag is also a key of the --config file (max_num_seqs: 8) and a TANDEM_* environment
+    variable (TANDEM_MAX_NUM_SEQS=8); flags win over variables, variables over the file.
+    """
     try:
-        config = build_config(config_file, flags)
+        config = load_settings(config_file, flags)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    if any(value is not None for value in gateway.values()):
-        from tandem.serve.gateway_cli import serve_gateway
+    if config.gateway_mode:
+        from tandem.gateway.cli import serve_gateway
 
-        sys.exit(serve_gateway(config, gateway.pop("deployment"), **gateway))
+        sys.exit(serve_gateway(config))
     preflight(config)
     from tandem.serve.server import run_server
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tandem.edge.errors import APIError
 from tandem.engine import PromptTooLongError, RequestError, SamplingParams
 from tandem.model import ChatTemplateError
-from tandem.serve.errors import APIError
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["Choice", "Plan", "ModelLimits", "plan_completion", "plan_chat", "check_model_name"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tandem.edge.settings import Settings
 from tandem.engine import AsyncEngine, Engine, EngineConfig
-from tandem.serve.config import ServerConfig
 from tandem.serve.plan import ModelLimits
 
 __all__ = ["ServedModel", "load_served_model", "resolve_recipe"]
@@ -51,12 +51,12 @@ def resolve_recipe(recipe: str | None) -> str:
     return defaults.DEFAULT_RECIPE
 
 
-def load_served_model(config: ServerConfig, created: int) -> ServedModel:
+def load_served_model(config: Settings, created: int) -> ServedModel:
     """Load, optimize and start the engine. Raises ModelLoadError, RecipeError or ValueError."""
     from tandem.model import load_model
     from tandem.optimize import apply_recipe
 
-    model = load_model(config.model, dtype=config.dtype)
+    model = load_model(config.model, dtype=config.dtype, max_model_len=config.max_model_len)
     optimized = apply_recipe(model, resolve_recipe(config.recipe))
     engine = Engine(
         optimized,

@@ -7,42 +7,31 @@ closes), lets in-flight requests finish for up to `shutdown_timeout`, cancels wh
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
+import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from functools import partial
 from types import FrameType
 
 import uvicorn
 
+from tandem.edge.lifeline import watch_parent
+from tandem.edge.server import ExitZeroServer, configure_logging, uvicorn_config
+from tandem.edge.settings import Settings
 from tandem.serve.app import create_app
-from tandem.serve.config import ServerConfig
 from tandem.serve.served import ServedModel, load_served_model
 
-__all__ = ["run_server", "startup_banner", "TandemServer", "ExitZeroServer", "client_host"]
+__all__ = ["run_server", "startup_banner", "TandemServer", "client_host"]
 
 logger = logging.getLogger("tandem.serve")
 
-
-class ExitZeroServer(uvicorn.Server):
-    """uvicorn that exits 0 after a clean shutdown on SIGTERM/SIGINT (uvicorn re-raises the signal
-    after shutting down, so the process would die "killed by SIGTERM")."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in originals.items():
-                signal.signal(sig, handler)
+# Once the gateway is gone: SIGTERM ourselves (its connections are closed, so in-flight requests
+# end at once), and exit hard if the graceful shutdown has not finished by then.
+ORPHAN_EXIT_AFTER_S = 5.0
 
 
 class TandemServer(ExitZeroServer):
@@ -71,7 +60,7 @@ def client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def startup_banner(config: ServerConfig, served: ServedModel, port: int) -> str:
+def startup_banner(config: Settings, served: ServedModel, port: int) -> str:
     base = f"http://{client_host(config.host)}:{port}"
     body = json.dumps({"model": served.name, "prompt": "def fibonacci(n):", "max_tokens": 64})
     auth = ' -H "Authorization: Bearer $TANDEM_API_KEY"' if config.api_key else ""
@@ -88,10 +77,19 @@ def startup_banner(config: ServerConfig, served: ServedModel, port: int) -> str:
     )
 
 
-def run_server(config: ServerConfig, load: Callable[[], ServedModel] | None = None) -> int:
+def _leave() -> None:
+    """The gateway that started this replica is gone: shut down gracefully, exit hard if that hangs."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    backstop = threading.Timer(ORPHAN_EXIT_AFTER_S, os._exit, args=(1,))
+    backstop.daemon = True  # a clean shutdown before then exits normally
+    backstop.start()
+
+
+def run_server(config: Settings, load: Callable[[], ServedModel] | None = None) -> int:
     """Serve until SIGTERM/SIGINT. Returns the exit code: 0 after a clean shutdown, 1 if loading failed."""
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("tandem").setLevel(config.log_level.upper())
+    configure_logging(config.log_level)
+    if config.parent_pid is not None:
+        watch_parent(config.parent_pid, _leave)
     exit_code = 0
     server: TandemServer | None = None
 
@@ -116,15 +114,7 @@ def run_server(config: ServerConfig, load: Callable[[], ServedModel] | None = No
         on_ready=on_ready,
         on_fatal=on_fatal,
     )
-    uv_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=config.log_level,
-        access_log=config.access_log,
-        timeout_graceful_shutdown=config.shutdown_timeout,
-        server_header=False,
-    )
+    uv_config = uvicorn_config(app, config, shutdown_timeout_s=config.shutdown_timeout)
     server = TandemServer(uv_config, app.state.tandem.drain, config.shutdown_timeout)
     logger.info(
         "tandem serve: loading the model (%s) on %s:%d", config.model or "bundled default", config.host, config.port

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tandem.contracts import ReplicaLoad
+from tandem.edge.errors import APIError
+from tandem.edge.settings import Settings
 from tandem.serve.admission import Admission
-from tandem.serve.config import ServerConfig
-from tandem.serve.errors import APIError
 from tandem.serve.metrics import EngineStats, ServerMetrics
 from tandem.serve.served import ServedModel
 
@@ -16,7 +17,7 @@ __all__ = ["ServerState"]
 
 @dataclass
 class ServerState:
-    config: ServerConfig
+    config: Settings
     clock: Callable[[], float]  # monotonic seconds, for latencies
     wall_clock: Callable[[], float]  # unix seconds, for "created" fields
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
@@ -27,6 +28,24 @@ class ServerState:
     @property
     def ready(self) -> bool:
         return self.served is not None and not self.admission.draining
+
+    def load(self, default_id: str) -> ReplicaLoad:
+        """This replica's report to the scheduling layer (GET /load): what runs, what waits, KV in use.
+
+        The identity is the one the gateway gave it (--replica-id ...); a replica started by hand
+        reports `default_id` (its address), the region "local" and its recipe as the variant.
+        """
+        config, served = self.config, self.served
+        engine = served.engine if served is not None else None
+        return ReplicaLoad(
+            replica_id=config.replica_id or default_id,
+            region=config.replica_region,
+            variant=config.replica_variant or (served.recipe if served is not None else (config.recipe or "")),
+            running=served.async_engine.num_running if served is not None else 0,
+            waiting=served.async_engine.num_waiting if served is not None else 0,
+            kv_used=engine.kv_used if engine is not None else 0.0,
+            healthy=self.ready,
+        )
 
     def drain(self) -> None:
         """Stop admitting requests (shutdown began); in-flight ones carry on."""

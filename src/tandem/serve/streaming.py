@@ -1,4 +1,5 @@
-"""Streams: server-sent events, merging the n choices of a request, and noticing a client that left.
+"""Streams: merging the n choices of a request into server-sent events, and noticing a client that left
+(SSE framing and disconnect detection are shared with the gateway: tandem.edge.streams).
 
 A client that goes away must free its KV slots at once. Streaming responses learn it from Starlette
 (which cancels the body iterator on http.disconnect); non-streaming ones race the generation
@@ -10,22 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from tandem.edge.streams import SSE_DONE, ClientDisconnected, sse, until_disconnect
+
 __all__ = ["sse", "SSE_DONE", "merge", "SSEResponse", "ClientDisconnected", "until_disconnect"]
 
 T = TypeVar("T")
-SSE_DONE = b"data: [DONE]\n\n"
-
-
-def sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
 async def merge(iterators: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
@@ -102,27 +99,3 @@ class SSEResponse(StreamingResponse):
                 await self._source.aclose()
             finally:
                 self._on_close()
-
-
-class ClientDisconnected(Exception):
-    """The client closed the connection before the response was ready."""
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def until_disconnect(work: Awaitable[T], receive: Receive) -> T:
-    """Await `work`, cancelling it (and raising ClientDisconnected) if the client goes away first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            return task.result()
-        raise ClientDisconnected()
-    finally:
-        for pending in (task, watcher):
-            pending.cancel()
-        await asyncio.gather(task, watcher, return_exceptions=True)

@@ -67,7 +67,7 @@ def _evaluation(report: dict[str, Any]) -> list[str]:
         "Draft top-1 agreement with the target (how often the draft's most likely next token is the "
         "target's, teacher-forced at every position; the per-token acceptance rate of greedy "
         f"speculative decoding): **{agreement['heldout']:.1%}** on all held-out files, "
-        f"**{agreement['sample']:.1%}** on the committed sample `models/{agreement['sample_file']}` "
+        f"**{agreement['sample']:.1%}** on the committed sample `src/tandem/data/models/{agreement['sample_file']}` "
         f"({agreement['sample_tokens']:,} tokens; the sample that `tests/zoo` checks).",
         "",
         f"Draft / target FLOPs per token: **{report['flop_ratio']:.3f}** (weight matmuls), "
@@ -168,7 +168,7 @@ def render_card(report: dict[str, Any], role: str) -> str:
         "",
         f"Built by the command below in {report['build_seconds'] / 60:.1f} minutes of wall time "
         f"({report['build_cpu_seconds'] / 60:.1f} CPU-minutes over {report['environment']['machine']}; "
-        "both models, evaluation included); the full report is `models/tandem-code-build.json`.",
+        "both models, evaluation included); the full report is `src/tandem/data/models/tandem-code-build.json`.",
         "",
         "```",
         report["command"],

@@ -1,4 +1,4 @@
-"""`tandem zoo`: build the bundled default models (`tandem zoo build --out models/`)."""
+"""`tandem zoo`: build the bundled default models (`tandem zoo build --out src/tandem/data/models/`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _command_line(params: dict, defaults: dict) -> str:
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
-    default="models/",
+    default="src/tandem/data/models/",
     show_default=True,
     help="Directory to write tandem-code-target/ and tandem-code-draft/ into.",
 )

@@ -1,0 +1,168 @@
+"""The gateway's FastAPI app: the OpenAI routes (proxied), health, readiness, metrics, the admin API,
+and the control loop in the background.
+
+The control loop, once per `interval_s`: run one `Controller.tick()` (in a thread: probes block),
+poll the replicas' GET /load (what routers and the next tick decide on), wake requests waiting for
+a replica, and stop the process (through `on_fatal`) if the primary variant can never start. On
+shutdown the loop stops, every replica is sent SIGTERM, and the gateway waits (bounded) for them.
+
+`/ready` is 200 once the primary variant has a ready replica. `/metrics` serves the scheduling
+layer's metrics and the gateway's request metrics from one registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tandem.cluster.backend import Backend
+from tandem.edge.auth import ApiKeyMiddleware
+from tandem.edge.bodies import RequestBodyMiddleware
+from tandem.edge.errors import install_error_handlers
+from tandem.edge.openapi import Operation, install_openapi
+from tandem.gateway.admin import build_admin_router
+from tandem.gateway.loads import poll_loads
+from tandem.gateway.proxy import proxy, proxy_get
+from tandem.gateway.wiring import Gateway
+
+__all__ = ["control_loop", "create_gateway_app", "stop_replicas"]
+
+logger = logging.getLogger("tandem.gateway")
+
+_POST = (400, 401, 404, 408, 413, 429, 500, 503)
+GATEWAY_OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("/v1/completions", "post"): Operation(stream=True, errors=_POST),
+    ("/v1/chat/completions", "post"): Operation(stream=True, errors=_POST),
+    ("/v1/models", "get"): Operation(errors=(401, 500, 503)),
+    ("/v1/models/{model_id}", "get"): Operation(errors=(401, 404, 500, 503)),
+    ("/metrics", "get"): Operation(ok_media="text/plain", errors=(500,)),
+}
+REPLICA_EXIT_WAIT_S = 15.0  # at shutdown; replicas still running later leave on their own (tandem.edge.lifeline)
+
+
+async def control_loop(gw: Gateway, stop: asyncio.Event, on_fatal: Callable[[str], None]) -> None:
+    while not stop.is_set():
+        try:
+            await asyncio.to_thread(gw.controller.tick)
+        except Exception:
+            logger.exception("controller tick failed")
+        # Right after the tick, so a replica that just became ready is described by its own report at once.
+        await poll_loads(gw)
+        gw.notify()
+        if gw.controller.fatal is not None and gw.fatal is None:
+            gw.fatal = gw.controller.fatal
+            on_fatal(gw.fatal)
+        try:
+            await asyncio.wait_for(stop.wait(), gw.deployment.interval_s)
+        except TimeoutError:
+            pass
+
+
+def stop_replicas(backend: Backend, wait_s: float = REPLICA_EXIT_WAIT_S, poll_s: float = 0.1) -> list[str]:
+    """SIGTERM every replica and wait (at most `wait_s`) until their processes exited. Returns those still up."""
+    left = {r.replica_id for r in backend.list()}
+    for replica_id in left:
+        backend.stop(replica_id)
+    deadline = time.monotonic() + wait_s
+    while left and time.monotonic() < deadline:
+        left -= {e.replica.replica_id for e in backend.exits()}
+        if left:
+            time.sleep(poll_s)
+    if left:
+        logger.warning("replicas %s still shutting down; they exit on their own once the gateway is gone", sorted(left))
+    return sorted(left)
+
+
+def create_gateway_app(
+    gw: Gateway,
+    *,
+    api_key: str | None = None,
+    max_body_bytes: int = 1 << 20,
+    body_timeout_s: float = 30.0,
+    on_fatal: Callable[[str], None] | None = None,
+) -> FastAPI:
+    """The app around `gw`. `on_fatal(message)` is called once if the primary variant can never start.
+
+    The same body checks as a replica's (size, time, JSON) run here first, so a request a replica
+    would refuse never leaves the gateway, and the proxy reads the body parsed once, off the loop.
+    """
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        gw.client = httpx.AsyncClient(
+            transport=gw.transport,
+            timeout=httpx.Timeout(connect=5.0, read=gw.read_timeout_s, write=30.0, pool=None),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            # Every request to a replica carries the fleet's secret (the client's own key stays here).
+            headers={"Authorization": f"Bearer {gw.fleet_secret}"} if gw.fleet_secret else None,
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(control_loop(gw, stop, on_fatal or (lambda message: None)))
+        try:
+            yield
+        except asyncio.CancelledError:
+            # uvicorn skipped the shutdown (a second signal) and is tearing the loop down: no traceback;
+            # whoever runs the server stops the replicas (run_gateway does).
+            task.cancel()
+            return
+        stop.set()
+        await task
+        await asyncio.to_thread(stop_replicas, gw.backend)
+        await gw.client.aclose()
+
+    app = FastAPI(
+        title="tandem gateway", summary="Routes, autoscales and falls back over tandem replicas", lifespan=lifespan
+    )
+    app.state.gateway = gw
+    install_error_handlers(app)
+    app.include_router(build_admin_router(gw))
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/ready", response_model=None)
+    async def ready() -> Response:
+        """200 once the primary variant has a ready replica; 503 while starting and while draining."""
+        if gw.ready() and not gw.draining:
+            return JSONResponse({"status": "ready", "primary": gw.controller.primary})
+        status = "draining" if gw.draining else ("failed" if gw.fatal else "starting")
+        return JSONResponse({"status": status, "primary": gw.controller.primary, "error": gw.fatal}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        for variant in {*gw.controller.pools, *gw.dispatcher.breakers.states}:
+            gw.metrics.observe_breaker(variant, gw.dispatcher.breakers.mode(variant))  # open -> half-open by time
+        gw.requests.observe_buffered(gw.controller.pools, gw.inflight.buffered)
+        return Response(generate_latest(gw.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", response_model=None)
+    async def models(request: Request) -> Response:
+        return await proxy_get(gw, "/v1/models", request)
+
+    @app.get("/v1/models/{model_id:path}", response_model=None)
+    async def model(model_id: str, request: Request) -> Response:
+        return await proxy_get(gw, f"/v1/models/{model_id}", request)
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(request: Request) -> Response:
+        return await proxy(gw, request, "/v1/completions")
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(request: Request) -> Response:
+        return await proxy(gw, request, "/v1/chat/completions")
+
+    install_openapi(app, GATEWAY_OPERATIONS)
+    # Starlette runs the last-added middleware first: auth, then the body checks, then the routes.
+    app.add_middleware(RequestBodyMiddleware, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    if api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key, protected=("/v1", "/admin"))
+    return app

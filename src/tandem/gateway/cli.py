@@ -1,0 +1,40 @@
+"""`tandem serve` in gateway mode: Settings (flags, file, TANDEM_*) -> a Deployment -> a running gateway.
+
+Kept apart from the app and the proxy, so the request path reads without the command-line plumbing.
+Bad settings, a bad deployment file or a profile that cannot be measured end in one line and exit 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tandem.edge.settings import Settings
+from tandem.gateway.deployment import deployment_from_settings
+from tandem.gateway.run import run_gateway
+from tandem.gateway.wiring import build_gateway, default_log_dir, local_backend, new_fleet_secret
+from tandem.schedule.deployment import DeploymentError
+from tandem.schedule.profiles import ProfileError
+
+__all__ = ["serve_gateway"]
+
+
+def serve_gateway(settings: Settings) -> int:
+    """Build the deployment and the gateway from `settings`, then serve. Returns the exit code."""
+    try:
+        deployment = deployment_from_settings(settings)
+    except (DeploymentError, ProfileError) as exc:
+        raise click.ClickException(str(exc)) from None
+    log_dir = Path(settings.log_dir) if settings.log_dir else default_log_dir()
+    secret = new_fleet_secret()  # this fleet's alone; replicas get it in their environment
+    gw = build_gateway(
+        deployment,
+        local_backend(settings, log_dir, fleet_secret=secret),
+        buffer_timeout_s=settings.queue_timeout,
+        shutdown_timeout_s=settings.shutdown_timeout,
+        first_byte_timeout_s=settings.first_byte_timeout,
+        stream_idle_timeout_s=settings.stream_idle_timeout,
+        fleet_secret=secret,
+    )
+    return run_gateway(gw, settings, log_dir=str(log_dir))

@@ -1,0 +1,78 @@
+"""Polling replicas' own loads: GET /load of every ready or draining replica, once per controller tick.
+
+Each answer is a `ReplicaLoad` (running, waiting, KV fraction in use, healthy) recorded in the
+gateway's InFlight, where the controller's policies and the routers read it, refreshed between
+polls by the gateway's own in-flight counts (tandem.schedule.traffic.estimate). A replica that does
+not answer in time keeps its last report until that goes stale. A report that names another
+replica (a port reused by a process the gateway did not start) is refused. A replica that answers
+is routed to again if a request's deadline had declared it unresponsive (tandem.gateway.liveness).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+
+from tandem.cluster.backend import Replica, ReplicaState
+from tandem.contracts import ReplicaLoad
+
+__all__ = ["parse_load", "poll_loads"]
+
+logger = logging.getLogger("tandem.gateway")
+
+_POLLED = (ReplicaState.READY, ReplicaState.DRAINING)
+
+
+def parse_load(replica: Replica, payload: Any) -> ReplicaLoad:
+    """A replica's GET /load answer as a ReplicaLoad; ValueError if it is malformed or names another replica."""
+    if not isinstance(payload, dict):
+        raise ValueError("not a JSON object")
+    if payload.get("replica_id") != replica.replica_id:
+        raise ValueError(f"it reports being {payload.get('replica_id')!r}")
+    try:
+        load = ReplicaLoad(
+            replica_id=replica.replica_id,
+            region=replica.region,
+            variant=replica.variant,
+            running=int(payload["running"]),
+            waiting=int(payload["waiting"]),
+            kv_used=float(payload["kv_used"]),
+            healthy=bool(payload["healthy"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed load report ({exc})") from None
+    if load.running < 0 or load.waiting < 0 or not 0.0 <= load.kv_used <= 1.0:
+        raise ValueError(f"impossible load report {payload}")
+    return load
+
+
+async def _poll_one(client: httpx.AsyncClient, replica: Replica, timeout_s: float) -> ReplicaLoad | None:
+    try:
+        response = await client.get(replica.url + "/load", timeout=timeout_s)
+        if response.status_code != 200:
+            return None
+        return parse_load(replica, response.json())
+    except httpx.HTTPError:
+        return None  # the controller's probe notices a replica that is down
+    except ValueError as exc:
+        logger.warning("ignoring GET /load of %s at %s: %s", replica.replica_id, replica.url, exc)
+        return None
+
+
+async def poll_loads(gw: Any) -> int:
+    """Poll every ready or draining replica at once; record the answers. Returns how many answered."""
+    live = gw.backend.list()
+    replicas = [r for r in live if r.state in _POLLED]
+    gw.inflight.forget([r.replica_id for r in replicas])
+    gw.liveness.forget([r.replica_id for r in live])
+    if not replicas or gw.client is None:
+        return 0
+    loads = await asyncio.gather(*(_poll_one(gw.client, r, gw.load_timeout_s) for r in replicas))
+    for load in loads:
+        if load is not None:
+            gw.inflight.report(load)
+            gw.liveness.revive(load.replica_id)  # it answers: if a deadline had declared it unresponsive, no more
+    return sum(load is not None for load in loads)

@@ -1,0 +1,77 @@
+"""The gateway's flags on `tandem serve` (click only: `tandem --help` imports this and nothing heavy).
+
+Any of --deployment, --replicas-min, --replicas-max, --policy, --fallback or --regions (from a flag,
+the config file or a TANDEM_* variable) makes `tandem serve` a gateway; the others tune one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+__all__ = ["gateway_options"]
+
+
+def _print_deployment_schema(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from tandem.schedule.deployment import deployment_schema
+
+    click.echo(json.dumps(deployment_schema(), indent=2))
+    ctx.exit(0)
+
+
+_OPTIONS = [
+    click.option("--deployment", type=click.Path(), default=None, help="Gateway: deployment file (YAML) of variants."),
+    click.option("--replicas-min", type=click.IntRange(min=0), default=None, help="Gateway: fewest primary replicas."),
+    click.option("--replicas-max", type=click.IntRange(min=1), default=None, help="Gateway: most primary replicas."),
+    click.option("--policy", type=click.Choice(["hpa", "kpa", "capacity"]), default=None, help="Gateway: autoscaler."),
+    click.option("--fallback", default=None, help="Gateway: recipe (or variant) that re-runs failed requests."),
+    click.option("--regions", default=None, help="Gateway: comma-separated regions to place replicas in."),
+    click.option(
+        "--log-dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Gateway: one log file per replica here.  [default: ~/.cache/tandem/logs/gateway-<time>-<pid>]",
+    ),
+    click.option(
+        "--replica-ports", default=None, help="Gateway: replica ports from this range, e.g. 9000-9099 (default: any)."
+    ),
+    click.option(
+        "--queue-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Gateway: seconds a request waits for a replica, then 503.  [default: 60]",
+    ),
+    click.option(
+        "--first-byte-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Gateway: seconds to a stream's first chunk (a non-streaming answer: a replica health check); "
+        "a replica that misses it is skipped and the request re-run.  [default: 30]",
+    ),
+    click.option(
+        "--stream-idle-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Gateway: the longest pause between a stream's chunks.  [default: 30]",
+    ),
+    click.option(
+        "--print-deployment-schema",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_print_deployment_schema,
+        help="Print the deployment file's JSON Schema and exit.",
+    ),
+]
+
+
+def gateway_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the gateway's flags to a click command (`tandem serve`)."""
+    for option in reversed(_OPTIONS):
+        command = option(command)
+    return command

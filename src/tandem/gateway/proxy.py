@@ -1,0 +1,263 @@
+"""The proxy: one client request through the Dispatcher to a replica and back, with retries.
+
+- Non-streaming responses are buffered whole, so a failure is always retryable.
+- Streams: the replica's status and first chunk are read before the gateway commits its own 200;
+  a failure before that is retried, a failure after it ends the stream with an error event and
+  `data: [DONE]` (tandem.gateway.relay).
+- Deadlines (tandem.gateway.liveness): a stream's first chunk within `first_byte_timeout_s`; a
+  non-streaming answer, or a GET /health from its replica every `first_byte_timeout_s` meanwhile.
+  A replica that misses one is declared unresponsive and the request re-run elsewhere.
+- The body was checked and parsed at the edge (tandem.edge.bodies): what a replica would refuse
+  as malformed never leaves the gateway, and a client's 4xx never counts against a replica.
+- Replicas get the fleet's secret (the client's own Authorization stays here).
+- No replica ready (a burst, a scale from zero): the request waits at the gateway (counted as
+  buffered, which the policies read) until one is, for up to `buffer_timeout_s`, then gets 503. A
+  client that leaves meanwhile is forgotten at once, and a draining gateway answers 503 at once.
+- A client that leaves while its request is at a replica: the upstream request is closed, so the
+  replica aborts it and frees its KV slot.
+Nothing here knows how a replica serves: it forwards bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from tandem.cluster.backend import ReplicaState
+from tandem.edge.bodies import NO_BODY, parsed_body
+from tandem.edge.errors import APIError
+from tandem.edge.errors import error_response as api_error_response
+from tandem.edge.streams import ClientDisconnected, until_disconnect
+from tandem.gateway.liveness import Unresponsive
+from tandem.gateway.metrics import NO_VARIANT
+from tandem.gateway.relay import Relay, RelayResponse, failure_kind
+from tandem.gateway.wiring import Gateway
+from tandem.schedule.dispatch import Target
+from tandem.schedule.fallback import ErrorEvent, Fail, FailureKind, PassThrough, Retry, classify_status
+from tandem.schedule.routers import RouteRequest
+
+__all__ = ["REGION_HEADER", "CLIENT_CLOSED", "error_response", "proxy", "proxy_get"]
+
+logger = logging.getLogger("tandem.gateway")
+
+REGION_HEADER = "x-tandem-region"
+CLIENT_CLOSED = 499  # nginx's status for "the client closed the connection first" (never sent; counted)
+_FORWARDED = ("content-type", "accept", "x-request-id")  # not authorization: replicas get the fleet's secret
+_HOP = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+_WAKE_AT_LEAST_EVERY_S = 0.5  # a buffered request re-checks this often even if nothing announced a change
+
+
+def error_response(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return api_error_response(APIError(status, message, code=code, headers=headers))
+
+
+def _prompt_text(payload: Any) -> str:
+    """The request's prompt as text (for prefix-affinity routing and a rough demand estimate)."""
+    if not isinstance(payload, dict):
+        return ""
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        return prompt[0]
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+    return ""
+
+
+def _usage(content: bytes) -> tuple[int, int]:
+    try:
+        usage = json.loads(content).get("usage") or {}
+        return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    except (ValueError, AttributeError, TypeError):
+        return 0, 0
+
+
+def _headers(upstream: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+
+
+class _Timing:
+    """One request's metrics: first byte once, finish once, labelled by the variant that answered."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw, self.arrived = gw, gw.clock()
+        self.variant = NO_VARIANT
+
+    def first_byte(self, variant: str) -> None:
+        self.variant = variant
+        self.gw.requests.first_byte(variant, self.gw.clock() - self.arrived)
+
+    def finish(self, code: int) -> None:
+        self.gw.requests.finished(self.variant, code, self.gw.clock() - self.arrived)
+
+
+async def _acquire(gw: Gateway, route: RouteRequest) -> Target | None:
+    """A replica for a new request; waits (buffered) while none is ready; None after the timeout or a drain."""
+    target = gw.dispatcher.pick(route)
+    if target is not None or gw.draining:
+        return target
+    variant = gw.controller.primary
+    gw.inflight.buffered[variant] += 1
+    try:
+        deadline = gw.clock() + gw.buffer_timeout_s
+        while not gw.draining and (left := deadline - gw.clock()) > 0:
+            await gw.wait_for_change(min(left, _WAKE_AT_LEAST_EVERY_S))
+            target = gw.dispatcher.pick(route)
+            if target is not None:
+                return target
+        return None
+    finally:  # also when the client left (this task is cancelled)
+        gw.inflight.buffered[variant] -= 1
+        if gw.inflight.buffered[variant] <= 0:
+            del gw.inflight.buffered[variant]
+
+
+async def proxy(gw: Gateway, request: Request, path: str) -> Response:
+    """POST `path` (completions, chat) through a replica; a client that leaves first frees everything."""
+    timing = _Timing(gw)
+    body = await request.body()
+    try:
+        response = await until_disconnect(_serve(gw, request, path, body, timing), request.receive)
+    except ClientDisconnected:
+        timing.finish(CLIENT_CLOSED)
+        return Response(status_code=CLIENT_CLOSED)  # nobody reads it
+    if not isinstance(response, RelayResponse):
+        timing.finish(response.status_code)
+    return response
+
+
+async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: _Timing) -> Response:
+    if gw.draining:
+        return error_response(503, "the gateway is shutting down and accepts no new requests", "shutting_down")
+    payload = parsed_body(request.scope)  # checked and parsed at the edge, off the loop when large
+    if payload is NO_BODY:
+        payload = {}  # not JSON (another Content-Type) or empty: the replica answers with its own 400
+    stream = isinstance(payload, dict) and bool(payload.get("stream"))
+    prompt = _prompt_text(payload)
+    prompt_tokens = len(prompt) // 4  # a rough estimate for streams (their usage is not always sent)
+    headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
+    route = RouteRequest(region=request.headers.get(REGION_HEADER), prefix=prompt)
+    target = await _acquire(gw, route)
+    if target is None:
+        if gw.draining:
+            return error_response(503, "the gateway is shutting down and accepts no new requests", "shutting_down")
+        return error_response(
+            503, f"no replica became ready within {gw.buffer_timeout_s:g} s", "no_replica", {"Retry-After": "1"}
+        )
+    attempts = [target]
+    while True:
+        target = attempts[-1]
+        upstream: httpx.Response | None = None
+        content = b""
+        try:
+            if stream:
+                upstream, started = await _start_stream(gw, target, path, body, headers)
+                if isinstance(started, Started):  # the first chunk came: commit our own 200 now
+                    timing.first_byte(target.variant)
+                    relay = Relay(gw, upstream, started.first, started.chunks, attempts, prompt_tokens, timing.finish)
+                    return RelayResponse(relay, upstream.status_code, _headers(upstream))
+                content, kind = started
+            else:
+                upstream = await gw.liveness.answer(
+                    target.replica_id, _post(gw, target.url + path, body, headers), gw.first_byte_timeout_s,
+                    probe=lambda url=target.url: _answers_health(gw, url),
+                )  # fmt: skip
+                content, kind = upstream.content, classify_status(upstream.status_code)
+        except (httpx.HTTPError, StopAsyncIteration, Unresponsive) as exc:
+            if upstream is not None:
+                await upstream.aclose()
+            kind = FailureKind.UNREACHABLE if isinstance(exc, StopAsyncIteration) else failure_kind(exc)
+        except BaseException:  # the client went away (cancelled) while we waited on the replica
+            if upstream is not None:
+                await upstream.aclose()
+            gw.dispatcher.abandoned(target)
+            raise
+        if kind is None:
+            gw.dispatcher.succeeded(target, *_usage(content))
+            timing.first_byte(target.variant)
+            return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
+        decision = gw.dispatcher.failed(attempts, kind, first_byte_sent=False)
+        logger.info("attempt %d on %s failed (%s): %s", len(attempts), target.replica_id, kind, type(decision).__name__)
+        if isinstance(decision, Retry):
+            gw.requests.retries.labels(target.variant).inc()
+            nxt = gw.dispatcher.pick(replace(route, exclude=decision.exclude), variant=decision.variant)
+            if nxt is not None:
+                attempts.append(nxt)
+                continue
+            return error_response(503, f"no replica of {decision.variant} could take the retry", "no_replica")
+        timing.first_byte(target.variant)
+        if isinstance(decision, PassThrough) and upstream is not None:
+            return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
+        message = decision.message if isinstance(decision, Fail | ErrorEvent) else "the request failed"
+        return error_response(decision.status if isinstance(decision, Fail) else 503, message, "upstream_failed")
+
+
+async def _post(gw: Gateway, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    assert gw.client is not None
+    return await gw.client.post(url, content=body, headers=headers)  # read whole, then closed
+
+
+@dataclass(frozen=True)
+class Started:
+    first: bytes
+    chunks: AsyncIterator[bytes]  # the rest
+
+
+async def _start_stream(
+    gw: Gateway, target: Target, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[httpx.Response, Started | tuple[bytes, FailureKind | None]]:
+    """Send a streaming request; within the first-byte deadline, read its first chunk (a 2xx) or its
+    whole answer (anything else). The upstream stays open for the relay in the first case."""
+    assert gw.client is not None
+    upstream = None
+    try:
+        async with gw.liveness.deadline(target.replica_id, gw.first_byte_timeout_s, "first byte"):
+            request = gw.client.build_request("POST", target.url + path, content=body, headers=headers)
+            upstream = await gw.client.send(request, stream=True)
+            kind = classify_status(upstream.status_code)
+            if kind is None:
+                chunks = upstream.aiter_bytes()
+                first = b""
+                while not first:  # the first bytes, before committing our own 200
+                    first = await chunks.__anext__()
+                return upstream, Started(first, chunks)
+            content = await upstream.aread()
+            await upstream.aclose()
+            return upstream, (content, kind)
+    except BaseException:
+        if upstream is not None:
+            await upstream.aclose()
+        raise
+
+
+async def _answers_health(gw: Gateway, url: str) -> bool:
+    """Whether the replica at `url` answers GET /health within health_timeout_s (a frozen one does not)."""
+    assert gw.client is not None
+    try:
+        return (await gw.client.get(url + "/health", timeout=gw.health_timeout_s)).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:
+    """GET routes (/v1/models) answered by any ready replica."""
+    assert gw.client is not None
+    headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
+    for replica in gw.backend.list():
+        if replica.state is not ReplicaState.READY:
+            continue
+        try:
+            upstream = await gw.client.get(replica.url + path, headers=headers)
+        except httpx.HTTPError:
+            continue
+        return Response(upstream.content, status_code=upstream.status_code, headers=_headers(upstream))
+    return error_response(503, "no replica is ready yet", "no_replica", {"Retry-After": "1"})

@@ -1,0 +1,92 @@
+"""Settings (flags, file, TANDEM_*) and a deployment file -> the Deployment a gateway runs."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from tandem.contracts import Profile
+from tandem.edge.settings import Settings
+from tandem.gateway.deployment import deployment_from_settings, replica_args
+from tandem.schedule.deployment import DeploymentError
+from tandem.serve.cli import serve
+
+
+def _profile(model, recipe, threads) -> Profile:
+    return Profile(
+        recipe or "int8+kv-bf16+ngram", "cpu", str(model), 1000, 64, 8, {1: 50.0, 8: 200.0}, 1000.0, 0.05, 3.0
+    )
+
+
+def test_settings_alone_make_a_deployment_with_a_fallback_and_measured_profiles():
+    calls = []
+
+    def profile(model, recipe, threads):
+        calls.append((model, recipe, threads))
+        return _profile(model, recipe, threads)
+
+    settings = Settings(
+        recipe="int8", model="m", threads=1, replicas_min=1, replicas_max=3, policy="capacity", fallback="baseline",
+        regions=["eu", "us"], served_model_name="tiny", max_num_seqs=8,
+    )  # fmt: skip
+    d = deployment_from_settings(settings, profile=profile)
+    assert (d.primary, d.fallback, d.policy_name) == ("int8", "baseline", "capacity")
+    primary, fallback = (p for p in d.plans)
+    assert (primary.limits.min_replicas, primary.limits.max_replicas) == (1, 3)
+    assert primary.regions == ("eu", "us")
+    assert primary.variant.extra_args == ("--served-model-name", "tiny", "--max-num-seqs", "8")
+    assert fallback.variant.extra_args == primary.variant.extra_args
+    assert primary.variant.profile.decode_tokens_per_s == {1: 50.0, 8: 200.0}
+    assert sorted(calls) == [("m", "baseline", 1), ("m", "int8", 1)]
+
+
+def test_without_a_recipe_the_replicas_serve_their_own_default():
+    d = deployment_from_settings(Settings(replicas_max=2, policy="hpa"))
+    (plan,) = d.plans
+    assert d.primary == "default" and plan.variant.recipe is None and plan.variant.spec().recipe is None
+
+
+def test_replica_args_carry_the_replicas_settings_only():
+    args = replica_args(Settings(max_queue=4, log_level="warning", port=9000, api_key="k", replicas_max=3))
+    assert args == ["--max-queue", "4", "--log-level", "warning"]
+
+
+def test_replicas_share_the_cores_by_default(monkeypatch):
+    """Without --threads, each replica gets the cores divided by the most replicas that can run."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    d = deployment_from_settings(
+        Settings(recipe="int8", replicas_min=1, replicas_max=3, policy="hpa", fallback="baseline")
+    )
+    # int8 up to 3 replicas and the baseline fallback up to 1 (its default): 8 cores // 4
+    assert {p.variant.threads for p in d.plans} == {8 // sum(p.limits.max_replicas for p in d.plans)}
+    pinned = deployment_from_settings(Settings(recipe="int8", threads=3, replicas_max=3, policy="hpa"))
+    assert {p.variant.threads for p in pinned.plans} == {3}
+
+
+def test_a_deployment_file_with_settings_over_it(tmp_path):
+    path = tmp_path / "deploy.yaml"
+    path.write_text(
+        "model: m\nfallback: slow\npolicy: {name: hpa, interval_s: 0.5}\n"
+        "variants:\n  - {name: fast, recipe: int8, replicas: {min: 1, max: 2}}\n  - {name: slow, recipe: baseline}\n"
+        "breaker: {open_s: 3}\n"
+    )
+    d = deployment_from_settings(Settings(deployment=str(path), replicas_max=5), profile=_profile)
+    assert d.primary == "fast" and d.fallback == "slow" and d.interval_s == 0.5 and d.breaker.open_s == 3
+    assert d.plans[0].limits.max_replicas == 5 and d.plans[1].limits.max_replicas == 4
+    path.write_text("variants:\n  - {name: fast, recipe: int8, replicas: {min: 3, max: 2}}\npolicy: {name: hpa}\n")
+    with pytest.raises(DeploymentError, match=r"deploy.yaml: variants\[0\].replicas"):
+        deployment_from_settings(Settings(deployment=str(path)), profile=_profile)
+    path.write_text("variants:\n  - {name: fast, recipe: int8, replica: {max: 2}}\npolicy: {name: hpa}\n")
+    with pytest.raises(DeploymentError, match=r"variants\[0\].replica: unknown field \(did you mean replicas\?\)"):
+        deployment_from_settings(Settings(deployment=str(path)), profile=_profile)
+
+
+def test_a_bad_deployment_file_is_a_one_line_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("variants: [{name: a, recipe: int8}]\nrouter: {name: nope}\n")
+    result = CliRunner().invoke(serve, ["--deployment", str(path), "--policy", "hpa"])
+    assert result.exit_code == 1 and "router.name" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(serve, ["--deployment", str(tmp_path / "none.yaml")])
+    assert result.exit_code == 1 and "cannot read the deployment file" in result.output

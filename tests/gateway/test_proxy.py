@@ -1,0 +1,236 @@
+"""The gateway's proxy in process: a FakeBackend's replicas answered by an httpx MockTransport.
+
+Fast checks of each path through `proxy`: region routing, retries on another replica and on the
+fallback, client errors passed through, buffering while nothing is ready (and a drain answering
+it at once), stream failures before and after the first byte, replicas' own loads steering the
+router away from a saturated replica, and the request metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+import httpx
+
+from tandem.cluster.fake import FakeBackend
+from tandem.gateway.app import create_gateway_app
+from tandem.gateway.loads import poll_loads
+from tandem.gateway.proxy import REGION_HEADER
+from tandem.gateway.wiring import Gateway, build_gateway
+from tandem.schedule.deployment import parse_deployment
+
+from .harness import metric
+
+OK = {"choices": [{"text": "hi"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+SSE = b'data: {"choices": [{"text": "a"}]}\n\ndata: {"choices": [{"text": "b"}]}\n\ndata: [DONE]\n\n'
+
+
+def _gateway(raw: dict, handler: Callable[[httpx.Request], httpx.Response], **kw) -> tuple[Gateway, list[str]]:
+    seen: list[str] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.host)
+        return handler(request)
+
+    backend = FakeBackend(clock=lambda: 0.0)
+    gw = build_gateway(parse_deployment(raw), backend, transport=httpx.MockTransport(record), **kw)
+    gw.controller.tick()  # start the replicas
+    gw.controller.tick()  # they answer their probes: ready
+    return gw, seen
+
+
+async def _call(gw: Gateway, body: dict, headers: dict | None = None) -> httpx.Response:
+    app = create_gateway_app(gw)
+    gw.client = httpx.AsyncClient(transport=gw.transport)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
+        response = await client.post("/v1/completions", json=body, headers=headers or {})
+        await response.aread()
+    await gw.client.aclose()
+    return response
+
+
+def call(gw: Gateway, body: dict | None = None, headers: dict | None = None) -> httpx.Response:
+    return asyncio.run(_call(gw, body or {"model": "m", "prompt": "p"}, headers))
+
+
+def one(name: str = "fast", lo: int = 1) -> dict:
+    return {"name": name, "recipe": "baseline", "replicas": {"min": lo, "max": 4}}
+
+
+HPA = {"name": "hpa"}
+
+
+def test_the_region_header_picks_the_replica_in_that_region():
+    raw = {"variants": [one(lo=2)], "regions": ["eu", "us"], "policy": HPA, "router": {"name": "region-aware"}}
+    gw, seen = _gateway(raw, lambda r: httpx.Response(200, json=OK))
+    where = {r.replica_id: r.region for r in gw.backend.list()}
+    assert sorted(where.values()) == ["eu", "us"]
+    for region in ("us", "eu", "us"):
+        assert call(gw, headers={REGION_HEADER: region}).status_code == 200
+        assert where[seen[-1]] == region
+    assert not gw.inflight.running
+
+
+def test_a_server_error_is_rerun_on_the_fallback_and_counted():
+    raw = {"variants": [one(), one("base")], "fallback": "base", "policy": HPA}
+    gw, seen = _gateway(raw, lambda r: httpx.Response(500 if r.url.host.startswith("fast") else 200, json=OK))
+    response = call(gw)
+    assert response.status_code == 200 and response.json() == OK
+    assert seen == ["fast-1", "base-2"]
+    assert metric(asyncio.run(_metrics(gw)), "tandem:fallback_total", variant="fast") == 1
+
+
+async def _metrics(gw: Gateway) -> str:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(create_gateway_app(gw)), base_url="http://gw") as c:
+        return (await c.get("/metrics")).text
+
+
+def test_an_unreachable_replica_is_skipped_for_another_of_the_same_variant():
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "fast-1":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json=OK)
+
+    gw, seen = _gateway({"variants": [one(lo=2)], "policy": HPA}, handler)
+    assert call(gw).status_code == 200 and seen == ["fast-1", "fast-2"]
+    assert not gw.inflight.reachable("fast-1")
+    assert call(gw).status_code == 200 and seen[-1] == "fast-2"  # skipped for a while
+
+
+def test_client_errors_pass_through_and_exhausted_retries_are_a_503():
+    error = {"error": {"message": "prompt must be a string", "code": "bad"}}
+    gw, seen = _gateway({"variants": [one(lo=2)], "policy": HPA}, lambda r: httpx.Response(400, json=error))
+    response = call(gw)
+    assert response.status_code == 400 and response.json() == error and len(seen) == 1
+
+    raw = {"variants": [one(lo=2), one("base")], "fallback": "base", "policy": HPA}
+    gw, seen = _gateway(raw, lambda r: httpx.Response(500, json=error))
+    response = call(gw)
+    assert response.status_code == 503 and response.json()["error"]["code"] == "upstream_failed"
+    assert response.json()["error"]["type"] == "server_error"
+    assert seen == ["fast-1", "base-3"]  # the fallback failed too, with no other replica of its own: a 503
+    assert not gw.inflight.running
+    text = asyncio.run(_metrics(gw))
+    assert metric(text, "tandem:gateway_requests_total", variant="base", code="503") == 1
+    assert metric(text, "tandem:gateway_retries_total", variant="fast") == 1
+
+
+def test_a_request_waits_for_a_replica_then_gets_a_503():
+    backend = FakeBackend(clock=lambda: 0.0)
+    gw = build_gateway(
+        parse_deployment({"variants": [one()], "policy": HPA}), backend, buffer_timeout_s=0.3,
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json=OK)),
+    )  # fmt: skip
+    buffered: list[int] = []
+
+    async def scenario() -> httpx.Response:
+        task = asyncio.create_task(_call(gw, {"prompt": "p"}))
+        await asyncio.sleep(0.1)
+        buffered.append(gw.controller.buffered("fast"))  # what the policy sees
+        return await task
+
+    response = asyncio.run(scenario())
+    assert response.status_code == 503 and response.json()["error"]["code"] == "no_replica"
+    assert buffered == [1] and gw.controller.buffered("fast") == 0
+
+
+def test_a_drain_answers_waiting_requests_at_once():
+    backend = FakeBackend(clock=lambda: 0.0)
+    gw = build_gateway(
+        parse_deployment({"variants": [one()], "policy": HPA}), backend, buffer_timeout_s=60.0,
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json=OK)),
+    )  # fmt: skip
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        task = asyncio.create_task(_call(gw, {"prompt": "p"}))
+        while not gw.inflight.buffered:
+            await asyncio.sleep(0.01)
+        gw.begin_drain()  # SIGTERM
+        waiting = await asyncio.wait_for(task, 5.0)
+        return waiting, await _call(gw, {"prompt": "p"})
+
+    waiting, late = asyncio.run(scenario())
+    for response in (waiting, late):
+        assert response.status_code == 503 and response.json()["error"]["code"] == "shutting_down"
+    assert not gw.inflight.buffered
+
+
+def test_reported_loads_steer_requests_away_from_a_saturated_replica():
+    """fast-1 is full of requests from elsewhere (its own GET /load says so); the gateway sends to fast-2."""
+    reports = {
+        "fast-1": {"running": 8, "waiting": 5, "kv_used": 1.0, "healthy": True},
+        "fast-2": {"running": 1, "waiting": 0, "kv_used": 0.125, "healthy": True},
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/load":
+            return httpx.Response(200, json={"replica_id": request.url.host, **reports[request.url.host]})
+        return httpx.Response(200, json=OK)
+
+    gw, seen = _gateway({"variants": [one(lo=2)], "policy": HPA}, handler)
+
+    async def poll_then_call() -> list[int]:
+        gw.client = httpx.AsyncClient(transport=gw.transport)
+        assert await poll_loads(gw) == 2
+        await gw.client.aclose()
+        return [(await _call(gw, {"model": "m", "prompt": "p"})).status_code for _ in range(4)]
+
+    assert asyncio.run(poll_then_call()) == [200] * 4
+    polls, proxied = seen[:2], seen[2:]
+    assert sorted(polls) == ["fast-1", "fast-2"]
+    assert proxied == ["fast-2"] * 4  # with no reports the tie (0 in flight each) would go to fast-1
+    loads = {load.replica_id: load for load in gw.dispatcher.loads()}
+    assert (loads["fast-1"].running, loads["fast-1"].waiting, loads["fast-1"].kv_used) == (8, 5, 1.0)
+
+
+def test_a_load_report_naming_another_replica_is_ignored():
+    def handler(request: httpx.Request) -> httpx.Response:  # a port reused by some other replica
+        return httpx.Response(200, json={"replica_id": "stranger", "running": 0, "waiting": 0, "kv_used": 0.0,
+                                         "healthy": True})  # fmt: skip
+
+    gw, _ = _gateway({"variants": [one()], "policy": HPA}, handler)
+
+    async def poll() -> int:
+        gw.client = httpx.AsyncClient(transport=gw.transport)
+        try:
+            return await poll_loads(gw)
+        finally:
+            await gw.client.aclose()
+
+    assert asyncio.run(poll()) == 0 and gw.inflight.reports == {}
+
+
+class _BrokenStream(httpx.AsyncByteStream):
+    def __init__(self, good: bytes) -> None:
+        self.good = good
+
+    async def __aiter__(self):
+        if self.good:
+            yield self.good
+        raise httpx.ReadError("connection reset")
+
+
+def test_a_stream_that_breaks_before_its_first_byte_is_rerun_after_it_ends_with_an_error_event():
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "fast-1":
+            return httpx.Response(200, stream=_BrokenStream(b""))
+        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+    body = {"prompt": "p", "stream": True}
+    gw, seen = _gateway({"variants": [one(lo=2)], "policy": HPA}, handler)
+    response = call(gw, body)
+    assert response.status_code == 200 and response.content == SSE and seen == ["fast-1", "fast-2"]
+    assert not gw.inflight.running
+
+    gw, seen = _gateway(
+        {"variants": [one()], "policy": HPA}, lambda r: httpx.Response(200, stream=_BrokenStream(SSE[:40]))
+    )
+    response = call(gw, body)
+    assert response.status_code == 200 and response.content.startswith(SSE[:40])
+    assert response.text.endswith("data: [DONE]\n\n")
+    event = json.loads(response.text.rsplit("data: ", 2)[1])
+    assert event["error"]["code"] == "replica_unreachable" and event["error"]["type"] == "server_error"
+    assert len(seen) == 1 and not gw.inflight.running
+    assert metric(asyncio.run(_metrics(gw)), "tandem:gateway_stream_errors_total", variant="fast") == 1

@@ -1,0 +1,33 @@
+"""The gateway's wiring: the local backend it starts replicas with, what replicas inherit, where logs go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tandem.cluster.local import PortRange, find_free_port
+from tandem.edge.settings import Settings
+from tandem.gateway.wiring import default_log_dir, local_backend, replica_environment
+
+
+def test_replicas_never_inherit_the_gateways_own_settings():
+    """A TANDEM_REPLICAS_MAX meant for the gateway would make every replica a gateway too."""
+    environ = {
+        "TANDEM_REPLICAS_MAX": "4", "TANDEM_API_KEY": "k", "TANDEM_CONFIG": "gw.yaml", "TANDEM_CACHE": "/c",
+        "TANDEM_KERNELS": "torch", "PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE",
+    }  # fmt: skip
+    assert replica_environment(environ) == {
+        "TANDEM_CACHE": "/c", "TANDEM_KERNELS": "torch", "PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE",
+    }  # fmt: skip
+
+
+def test_the_local_backend_takes_ports_from_the_range_and_outlives_the_replicas_drain(tmp_path):
+    backend = local_backend(Settings(replica_ports=(9000, 9099), shutdown_timeout=5), tmp_path, environ={})
+    assert isinstance(backend.ports, PortRange) and (backend.ports.low, backend.ports.high) == (9000, 9099)
+    assert backend.kill_after_s == 15.0 and backend.base_env == {}
+    assert local_backend(Settings(), tmp_path, environ={}).ports is find_free_port
+
+
+def test_logs_go_to_one_folder_per_gateway_run_under_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("TANDEM_CACHE", str(tmp_path))
+    folder = default_log_dir(now=lambda: 0.0)
+    assert folder.parent == Path(tmp_path) / "logs" and folder.name.startswith("gateway-")
