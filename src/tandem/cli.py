@@ -28,12 +28,16 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "profile": (
         "tandem.optimize.cli:profile_command",
-        "Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start).",
+        "Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start), or import one.",
     ),
     "gate": (
         "tandem.gate.cli:gate_command",
         "Run INCUMBENT and CANDIDATE side by side on the trace-shaped workload and judge latency, accuracy"
         " and unit cost.",
+    ),
+    "sim": (
+        "tandem.sim.cli:sim_command",
+        "Simulate a trace through every (variant, policy) pair: replica-hours, SLO attainment, cost.",
     ),
     "bench": (
         "tandem.optimize.cli:bench_command",

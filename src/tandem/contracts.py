@@ -11,7 +11,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["InferenceOptimizer", "OptimizedModel", "Profile", "ReplicaLoad"]
+__all__ = ["PROFILE_SOURCES", "InferenceOptimizer", "OptimizedModel", "Profile", "ReplicaLoad"]
+
+PROFILE_SOURCES = ("measured", "imported", "projected")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,15 @@ class InferenceOptimizer(Protocol):
 
 @dataclass(frozen=True)
 class Profile:
-    """A measured description of one optimized variant on one kind of hardware. JSON round-trips."""
+    """A measured description of one optimized variant on one kind of hardware. JSON round-trips.
+
+    `source` says where the numbers come from: "measured" (by `tandem profile` on `hardware`),
+    "imported" (built from someone else's measurements, e.g. the splitwise GPU timings) or
+    "projected" (a measured or imported Profile with a stated factor applied; `source_note` states
+    it). A replica spans `accelerators` devices (its tensor-parallel degree). `kv_cache_tokens` is
+    the KV budget in tokens (0: `max_slots` slots of `max_model_len`, tandem's engine). The last four
+    fields came later; JSON without them still loads (measured, 1 accelerator, slot-sized KV).
+    """
 
     recipe: str  # "int8+speculative(k=4)"
     hardware: str  # "cpu-2c-avx512", "h100-80gb"
@@ -66,6 +76,26 @@ class Profile:
     max_model_len: int = 0
     measured_at: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    source: str = "measured"
+    source_note: str = ""
+    accelerators: int = 1
+    kv_cache_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.source not in PROFILE_SOURCES:
+            raise ValueError(f"Profile source must be one of {', '.join(PROFILE_SOURCES)} (got {self.source!r})")
+        if self.accelerators < 1 or self.kv_cache_tokens < 0:
+            raise ValueError("a Profile needs accelerators >= 1 and kv_cache_tokens >= 0")
+
+    @property
+    def kv_budget_tokens(self) -> int:
+        """Tokens of KV cache one replica holds."""
+        return self.kv_cache_tokens or self.max_slots * self.max_model_len
+
+    @property
+    def memory_bytes(self) -> int:
+        """What one replica occupies: its weights plus its KV budget."""
+        return self.weight_bytes + self.kv_budget_tokens * self.kv_bytes_per_token
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

@@ -3,7 +3,7 @@
 Standard library only (the tokenizer comes in as an argument), so both layers use it: `tandem
 bench` (optimization layer) and `tandem gate` (scheduling side, which never imports torch).
 
-Lengths come from the Azure LLM inference trace (../shared/data/azure_llm_conv_2023.csv, CC-BY 4.0,
+Lengths come from the Azure LLM inference trace (shipped as tandem/data/azure_llm_conv_2023.csv, CC-BY 4.0,
 Patel et al., "Splitwise", ISCA 2024), drawn with a fixed seed and scaled so the trace's long
 requests fit the model's context; the shape of the distribution (prompts ~8x outputs, heavy tail)
 is kept. Prompt text is held-out Python (never trained on), so speculation sees realistic text.
@@ -32,7 +32,9 @@ class BenchRequest:
 
 
 def default_trace_path() -> Path:
-    return REPO.parent / "shared" / "data" / "azure_llm_conv_2023.csv"
+    from tandem.data import CONVERSATION_TRACE, data_path
+
+    return data_path(CONVERSATION_TRACE)
 
 
 def heldout_texts() -> list[str]:

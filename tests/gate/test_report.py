@@ -48,7 +48,7 @@ def test_without_matplotlib_the_report_says_how_to_get_the_plot(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     pairs = good_pairs()
     html = render_report(result_for(pairs), pairs)
-    assert "pip install &#39;tandem[report]&#39;" in html and "data:image/png" not in html
+    assert "pip install &#39;tandem[plots]&#39;" in html and "data:image/png" not in html
 
 
 def test_the_plot_copes_with_no_latency_samples():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -60,12 +61,24 @@ def test_queued_requests_count_as_demand():
 
 def test_prompt_tokens_cost_prefill_time():
     prof = profile({1: 20.0, 8: 80.0}, prefill=1000.0)
+    ctx = ScaleContext(0.0, "v", 1, 1, (), WIDE, PolicyState(), TokenDemand(150.0, 80.0), profile=prof)
+    # 150/80 prompt tokens per output token: batch 8 takes 8/80 + 8 x 150/80/1000 = 0.115 s per token, over
+    # the SLO; batch 4 (45.7 tokens/s) takes 0.095 s. Busy: 80/45.7 decode + 150/1000 prefill = 1.9.
+    assert capacity(ctx, PARAMS)[0] == 2
+    assert slo_capacity(prof, 0.1).batch == 8 and slo_capacity(prof, 0.1, 150 / 80).batch == 4
+
+
+def test_prefill_beside_decode_shrinks_the_slo_batch():
+    prof = profile({1: 20.0, 8: 80.0}, prefill=1000.0)
     ctx = ScaleContext(0.0, "v", 1, 1, (), WIDE, PolicyState(), TokenDemand(1500.0, 80.0), profile=prof)
-    assert capacity(ctx, PARAMS)[0] == 3  # 80/80 busy for decode + 1500/1000 for prefill = 2.5
+    # 18.75 prompt tokens per output token: only batch 1 keeps 0.1 s per token (0.05 + 0.019), so 80 output
+    # tokens/s need 4 replicas of decode time plus 1.5 of prefill: 6, where decode alone said 3.
+    desired, state = capacity(ctx, PARAMS)
+    assert desired == 6 and state.mix == pytest.approx(18.75)
 
 
 def test_forecast_scales_ahead_of_a_ramp_over_the_cold_start():
-    params = CapacityParams(tpot_slo_s=0.1, smoothing=0.5, trend_smoothing=0.5)  # horizon = cold start, 10 s
+    params = CapacityParams(tpot_slo_s=0.1, level_time_s=3.0, trend_time_s=6.0)  # horizon = cold start, 10 s
     policy = functools.partial(capacity, params=params)
     state, current = PolicyState(), 1
     ahead = []
@@ -79,7 +92,7 @@ def test_forecast_scales_ahead_of_a_ramp_over_the_cold_start():
 
 
 def test_scale_down_is_stabilized_for_60_s():
-    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, smoothing=1.0, trend_smoothing=0.0)  # no smoothing lag
+    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, level_time_s=0.0)  # no smoothing lag
     state, current = PolicyState(), 1
     history = []
     for t in range(0, 200, 5):
@@ -95,9 +108,10 @@ def test_smoothing_lags_on_the_way_down():
     state, current = PolicyState(), 10
     for t in range(0, 50, 5):
         current, state = decide(800.0, current=current, state=state, now=float(t))
-    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, scale_down_stabilization_s=0)
+    # A time constant of 5 s / ln 2: one 5 s tick moves the level halfway.
+    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, scale_down_stabilization_s=0, level_time_s=5 / math.log(2))
     current, state = decide(80.0, params=params, current=current, state=state, now=50.0)
-    assert current == 6  # the level is halfway down (alpha 0.5): 440 tokens/s, not 80
+    assert current == 6  # the level is halfway down: 440 tokens/s, not 80
 
 
 def test_persistent_minimum_tier_holds_when_idle():
@@ -118,3 +132,39 @@ def test_needs_a_profile():
     ctx = ScaleContext(0.0, "v", 1, 1, (), WIDE, PolicyState())
     with pytest.raises(ValueError, match="Profile"):
         capacity(ctx, PARAMS)
+
+
+def test_a_paged_kv_budget_caps_the_slo_batch():
+    prof = replace(profile({1: 20.0, 4: 60.0, 8: 80.0, 16: 96.0}), kv_cache_tokens=4000)
+    assert slo_capacity(prof, 0.1).batch == 8  # slots and speed alone
+    assert slo_capacity(prof, 0.1, tokens_per_sequence=1000).batch == 4  # 4000 tokens hold 4 such sequences
+    assert slo_capacity(SLOW, 0.1, tokens_per_sequence=1000).batch == 8  # no paged budget: slots only
+
+
+def burst_series(params, seconds=400, burst=(100, 110)):
+    """Work arriving at 1 replica's worth, and 10x that for 10 s; returns (time, desired) per 2 s tick."""
+    policy = functools.partial(capacity, params=params)
+    state, current, out = PolicyState(), 1, []
+    for t in range(0, seconds, 2):
+        scale = 10.0 if burst[0] <= t < burst[1] else 1.0
+        demand = TokenDemand(0.0, 80.0 * scale, 0.8 * scale)  # 100 output tokens per request, SLOW's capacity 80
+        ctx = ScaleContext(float(t), "v", current, current, (), WIDE, state, demand, profile=SLOW)
+        current, state = policy(ctx)
+        out.append((t, current))
+    return out
+
+
+def test_with_a_ttft_slo_the_fleet_keeps_room_for_the_bursts_it_has_seen():
+    quick = {"tpot_slo_s": 0.1, "horizon_s": 0.0, "level_time_s": 5.0}
+    plain = dict(burst_series(CapacityParams(**quick)))
+    aware = dict(burst_series(CapacityParams(**quick, ttft_slo_s=2.0, burst_memory_s=200)))
+    assert plain[100] == aware[100] == 10  # both follow the burst while it lasts
+    assert plain[240] == 1  # then the plain forecast forgets it after its 60 s stabilization ...
+    assert aware[240] >= 8  # ... while the burst-aware one is ready for the next (10 s x 10 / (10 s + 1 s))
+    assert aware[398] == 1  # and lets it go once the burst is older than its memory
+
+
+def test_burst_room_shrinks_with_a_looser_ttft_slo():
+    tight = dict(burst_series(CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, level_time_s=5.0, ttft_slo_s=2.0)))
+    loose = dict(burst_series(CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, level_time_s=5.0, ttft_slo_s=20.0)))
+    assert loose[240] < tight[240]  # a queue may absorb more of the burst: 10 s x 10 / (10 s + 10 s) = 5

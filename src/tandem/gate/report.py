@@ -2,7 +2,7 @@
 """The gate's HTML report: the verdicts, the numbers behind them, and the latency distributions.
 
 One self-contained file (the plot is an embedded PNG). matplotlib is the optional extra
-`tandem[report]`; without it the report says so where the plot would be.
+`tandem[plots]`; without it the report says so where the plot would be.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def render_report(result: Mapping[str, Any], pairs: Sequence[Pair]) -> str:
         tolerances = {"median": settings["latency_median_tolerance"]}
         plot = base64.b64encode(latency_plot_png(pairs, tolerances)).decode()
     except ImportError:
-        plot_note = "The latency plot needs matplotlib: pip install 'tandem[report]'."
+        plot_note = "The latency plot needs matplotlib: pip install 'tandem[plots]'."
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     template = env.from_string(_TEMPLATE)
     return template.render(

@@ -52,8 +52,50 @@ def optimizers_command() -> None:
 @click.option("--batch-sizes", default="1,2,4,8,16,32", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--threads", type=click.IntRange(min=1), default=None)
-def profile_command(model_dir, recipe, batch_sizes, output, threads) -> None:
-    """Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start)."""
+@click.option(
+    "--from-splitwise",
+    "splitwise",
+    metavar="MODEL/HARDWARE",
+    default=None,
+    help="Build the Profile from the bundled splitwise GPU timings instead (e.g. llama2-70b/h100-80gb).",
+)
+@click.option("--tensor-parallel", type=click.IntRange(min=1), default=None, help="splitwise: accelerators per replica")
+@click.option(
+    "--cold-start-s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="splitwise: seconds a replica takes to start (not in the data; a large model takes about a minute)",
+)
+@click.option(
+    "--speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, help="splitwise: project x this speed"
+)
+@click.option("--weight-bits", type=click.Choice(["16", "8", "4"]), default="16", help="splitwise: project the weights")
+def profile_command(
+    model_dir, recipe, batch_sizes, output, threads, splitwise, tensor_parallel, cold_start_s, speedup, weight_bits
+) -> None:
+    """Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start), or import one.
+
+    With --from-splitwise the Profile is built from measured GPU timings (source "imported"; with
+    --speedup or --weight-bits, "projected" and the factor is stated in the Profile).
+    """
+    if splitwise:
+        from tandem.data.splitwise import splitwise_profile
+
+        projected = speedup != 1.0 or weight_bits != "16"
+        try:
+            profile = splitwise_profile(
+                splitwise,
+                tensor_parallel=tensor_parallel,
+                cold_start_s=cold_start_s,
+                speedup=speedup,
+                weight_bits=int(weight_bits),
+                recipe=recipe if projected and recipe != "baseline" else None,
+            )
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        _write_profile(profile, output)
+        return
     from tandem.model import ModelLoadError
     from tandem.optimize import RecipeError, defaults
     from tandem.optimize.profile import measure_profile
@@ -69,6 +111,10 @@ def profile_command(model_dir, recipe, batch_sizes, output, threads) -> None:
         profile = measure_profile(model_dir, recipe, batch_sizes=sizes, threads=threads)
     except (ModelLoadError, RecipeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    _write_profile(profile, output)
+
+
+def _write_profile(profile, output: str | None) -> None:
     text = profile.to_json()
     if output:
         Path(output).write_text(text + "\n")

@@ -1,13 +1,25 @@
-"""A simulated replica: continuous batching with the speeds a Profile measured. Discrete time steps.
+"""A simulated replica: iteration-level continuous batching at the speeds a Profile measured.
 
-Each step of `dt` seconds: waiting sequences join while slots are free (FCFS); prefill runs one
-sequence at a time at the Profile's prefill rate; every decoding sequence gets an equal share of
-`decode_capacity(n)` output tokens/s for n decoding sequences. A token produced slower than the
-latency SLO counts as a slow token. Simplification: prefill and decode do not slow each other.
+It follows tandem's engine (and vLLM's chunked prefill): requests join in arrival order while a
+slot (and, for a paged KV budget, its tokens) is free; each engine iteration runs every decoding
+sequence one token plus a prefill chunk of up to `prefill_chunk_tokens` prompt tokens (first come,
+first served), and takes
+
+    n / decode_capacity(n)  +  chunk / prefill_tokens_per_s      (n = decoding sequences)
+
+seconds, so a long prompt slows the decoding sequences beside it, as it does on real hardware. A
+prompt's first output token comes out of the iteration that finishes its prefill.
+
+Iterations are not stepped one by one (an hour of a fleet is millions of them): between two events
+(an arrival, a prefill finishing, a sequence finishing, the end of the step) the batch does not
+change, so every rate is constant and the next event's time is computed. Decoding sequences share
+one counter of tokens per sequence, so advancing all of them is O(1); a heap orders their finishes.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -15,62 +27,123 @@ from tandem.contracts import Profile
 
 __all__ = ["SimReplica", "SimSequence"]
 
+_EPS = 1e-9
 
-@dataclass
+
+@dataclass(eq=False)
 class SimSequence:
-    arrival_s: float
+    arrival_s: float  # at the gateway
     prompt_tokens: int
     output_tokens: int
-    prefill_left_s: float = 0.0
-    produced: float = 0.0
+    submitted_s: float = 0.0  # reached a replica
+    prefill_left: float = 0.0  # prompt tokens still to prefill
     first_token_s: float | None = None
     finished_s: float | None = None
-    slow_tokens: float = 0.0
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+    @property
+    def ttft_s(self) -> float:
+        return (self.first_token_s if self.first_token_s is not None else math.inf) - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token after the first (0 for a one-token answer)."""
+        if self.finished_s is None or self.first_token_s is None:
+            return math.inf
+        return (self.finished_s - self.first_token_s) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
 
 
 class SimReplica:
-    def __init__(self, replica_id: str, profile: Profile, tpot_slo_s: float) -> None:
+    def __init__(self, replica_id: str, profile: Profile, prefill_chunk_tokens: int = 512) -> None:
+        if profile.max_slots < 1 or not profile.decode_tokens_per_s or min(profile.decode_tokens_per_s.values()) <= 0:
+            raise ValueError(f"the Profile of {profile.recipe!r} needs max_slots >= 1 and positive decode rates")
         self.replica_id = replica_id
         self.profile = profile
-        self.tpot_slo_s = tpot_slo_s
-        self.waiting: deque[SimSequence] = deque()
-        self.running: list[SimSequence] = []
+        self.chunk = prefill_chunk_tokens
+        self.prefill_rate = profile.prefill_tokens_per_s if profile.prefill_tokens_per_s > 0 else math.inf
+        self.kv_budget = profile.kv_cache_tokens  # 0: slots only (tandem's engine reserves a slot of max_model_len)
+        # Seconds per iteration at n decoding sequences, n = 0 .. max_slots (decode_capacity sorts: cache it).
+        self.decode_iteration_s = [0.0] + [n / profile.decode_capacity(n) for n in range(1, profile.max_slots + 1)]
+        self.waiting: deque[SimSequence] = deque()  # submitted, no slot yet (FCFS)
+        self.prefilling: deque[SimSequence] = deque()  # admitted, prompt not done
+        self.decoding: list[tuple[float, int, SimSequence]] = []  # heap of (counter value when done, seq no, seq)
+        self.counter = 0.0  # tokens each decoding sequence has produced since the replica started
+        self.kv_used = 0
+        self._seq_no = 0
+
+    @property
+    def running(self) -> int:
+        return len(self.prefilling) + len(self.decoding)
 
     @property
     def busy(self) -> int:
-        return len(self.running) + len(self.waiting)
+        return self.running + len(self.waiting)
 
-    def submit(self, seq: SimSequence) -> None:
-        prefill = self.profile.prefill_tokens_per_s
-        seq.prefill_left_s = seq.prompt_tokens / prefill if prefill > 0 else 0.0
+    def in_flight(self) -> list[SimSequence]:
+        return [*self.waiting, *self.prefilling, *(entry[2] for entry in self.decoding)]
+
+    def submit(self, seq: SimSequence, now: float) -> None:
+        seq.submitted_s = max(seq.arrival_s, now)
+        seq.prefill_left = float(seq.prompt_tokens)
         self.waiting.append(seq)
 
-    def step(self, now: float, dt: float) -> tuple[list[SimSequence], float]:
-        """Advance by dt; returns (sequences that finished, output tokens produced)."""
-        while self.waiting and len(self.running) < self.profile.max_slots:
-            self.running.append(self.waiting.popleft())
-        budget = dt
-        for seq in self.running:  # prefill one after another (FCFS) within the step's time
-            if seq.prefill_left_s > 0 and budget > 0:
-                used = min(seq.prefill_left_s, budget)
-                seq.prefill_left_s -= used
-                budget -= used
-        decoding = [s for s in self.running if s.prefill_left_s <= 0]
-        produced_total = 0.0
-        if decoding:
-            per_seq = self.profile.decode_capacity(len(decoding)) / len(decoding)
-            slow = per_seq < 1.0 / self.tpot_slo_s
-            for seq in decoding:
-                tokens = min(per_seq * dt, seq.output_tokens - seq.produced)
-                if seq.first_token_s is None and tokens > 0:
-                    seq.first_token_s = now + dt
-                seq.produced += tokens
-                produced_total += tokens
-                if slow:
-                    seq.slow_tokens += tokens
-        finished = [s for s in self.running if s.produced >= s.output_tokens - 1e-9]
-        for seq in finished:
-            seq.finished_s = now + dt
-            seq.first_token_s = seq.first_token_s if seq.first_token_s is not None else now + dt
-        self.running = [s for s in self.running if s.finished_s is None]
-        return finished, produced_total
+    def _admit(self, t: float) -> None:
+        while self.waiting and self.waiting[0].submitted_s <= t + _EPS and self.running < self.profile.max_slots:
+            seq = self.waiting[0]
+            if self.kv_budget and self.kv_used + seq.kv_tokens > self.kv_budget and self.running:
+                return  # FCFS: wait for memory rather than let a later, shorter request overtake
+            self.kv_used += seq.kv_tokens
+            self.prefilling.append(self.waiting.popleft())
+
+    def _finish(self, seq: SimSequence, t: float, done: list[SimSequence]) -> None:
+        seq.finished_s = t
+        self.kv_used -= seq.kv_tokens
+        done.append(seq)
+
+    def step(self, now: float, dt: float) -> list[SimSequence]:
+        """Advance from `now` to `now + dt`; returns the sequences that finished."""
+        done: list[SimSequence] = []
+        t, end = now, now + dt
+        while t < end - _EPS:
+            self._admit(t)
+            n = len(self.decoding)
+            if n == 0 and not self.prefilling:
+                nxt = self.waiting[0].submitted_s if self.waiting else end
+                t = min(max(nxt, t), end)  # idle until the next request reaches this replica
+                continue
+            # The iteration's prompt tokens: a full chunk, or less when the prompts waiting are shorter (their
+            # whole length, not what is left of them: where a step boundary falls must not change the speed).
+            chunk = min(self.chunk, sum(s.prompt_tokens for s in self.prefilling)) if self.prefilling else 0.0
+            iteration = self.decode_iteration_s[n] + chunk / self.prefill_rate
+            prefill_speed = chunk / iteration if iteration > 0 else math.inf  # prompt tokens/s
+            events = [end]
+            if self.prefilling:
+                left = self.prefilling[0].prefill_left
+                events.append(t + left / prefill_speed if prefill_speed > 0 else (t if left <= 0 else end))
+            if n:
+                events.append(t + (self.decoding[0][0] - self.counter) * iteration)
+            if self.waiting and self.waiting[0].submitted_s > t and self.running < self.profile.max_slots:
+                events.append(self.waiting[0].submitted_s)
+            nxt = max(min(events), t)
+            elapsed = nxt - t
+            if n:
+                self.counter += elapsed / iteration
+            if self.prefilling:
+                head = self.prefilling[0]
+                head.prefill_left -= elapsed * prefill_speed if elapsed > 0 else 0.0
+                if nxt == events[1] or head.prefill_left <= 1e-6:
+                    self.prefilling.popleft()
+                    head.prefill_left = 0.0
+                    head.first_token_s = nxt
+                    if head.output_tokens <= 1:
+                        self._finish(head, nxt, done)
+                    else:
+                        self._seq_no += 1
+                        heapq.heappush(self.decoding, (self.counter + head.output_tokens - 1, self._seq_no, head))
+            while self.decoding and self.decoding[0][0] <= self.counter + 1e-6:
+                self._finish(heapq.heappop(self.decoding)[2], nxt, done)
+            t = nxt
+        return done

@@ -3,20 +3,27 @@
 The fleet is a FakeBackend whose replicas take the Profile's cold start to get ready; each
 replica is a SimReplica serving at the Profile's measured speeds. Requests that find no ready
 replica wait at the (simulated) gateway, as the real one buffers them. Each `dt` step: arrivals,
-dispatch, replica progress; every `tick_s`: one Controller.tick(), exactly as in production. The
-result prices the policy: replica-seconds (cost) against time to first token and the share of
-output tokens produced within the latency SLO.
+dispatch (the real router over the replicas' loads), replica progress; every `tick_s`: one
+Controller.tick(), exactly as in production. The policies see what the gateway sees: in-flight
+and buffered requests, and a DemandMeter fed each request's tokens when it finishes.
+
+Before the trace's window [0, duration) the fleet is warmed up: it starts at the policy's minimum
+and serves `warmup` requests (by default the trace's own first `warmup_s` seconds, replayed before
+0), so a policy meets the trace already sized for it, as a fleet in production would. Cost
+(replica-seconds, node-seconds) is counted inside the window; latency for the requests that arrive
+in it, each followed to its last token.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.cluster.fake import FakeBackend
-from tandem.contracts import ReplicaLoad
+from tandem.contracts import Profile, ReplicaLoad
 from tandem.schedule.controller import Controller, ControllerConfig, Pool
 from tandem.schedule.policies.context import Policy, ScaleLimits
 from tandem.schedule.routers import LeastOutstanding, Router, RouteRequest
@@ -30,39 +37,74 @@ __all__ = ["SimConfig", "SimResult", "simulate"]
 
 @dataclass(frozen=True)
 class SimConfig:
-    dt_s: float = 0.5  # simulation step
+    dt_s: float = 0.5  # simulation step: routing and load reports are this fresh
     tick_s: float = 2.0  # controller interval
-    tpot_slo_s: float = 0.1  # a token slower than this is a slow token
-    tail_s: float = 600.0  # keep going after the last arrival, so the fleet can scale down
+    ttft_slo_s: float = 2.0  # a request meets the SLO when its time to first token ...
+    tpot_slo_s: float = 0.1  # ... and its mean time per output token are both within these
+    tail_s: float = 900.0  # at most this long after the window to let the last requests finish
+    warmup_s: float = 600.0  # replay the trace's first seconds before 0 (0: start cold at the minimum)
     demand_window_s: float = 10.0
+    prefill_chunk_tokens: int = 512  # prompt tokens per engine iteration (tandem's max_prefill_tokens)
+    boot_s: float | None = None  # how long a replica takes to start, when measured apart (None: the Profile's)
+    run_tail: bool = False  # keep ticking for all of tail_s, even once every request is done
     controller: ControllerConfig = ControllerConfig()
 
 
 @dataclass
 class SimResult:
-    served: int = 0
-    lost: int = 0  # in flight on a replica that was stopped (must stay 0)
-    unserved: int = 0  # still waiting when the simulation ended
-    replica_seconds: float = 0.0  # every replica that exists costs, starting and draining ones too
-    timeline: list[tuple[float, int]] = field(default_factory=list)  # (time, live replicas) per tick
-    ttfts: list[float] = field(default_factory=list)
-    tokens: float = 0.0
-    slow_tokens: float = 0.0
+    duration_s: float
+    ttft_slo_s: float
+    tpot_slo_s: float
+    requests: list[SimSequence] = field(default_factory=list)  # those arriving in the window
+    lost_requests: list[SimSequence] = field(default_factory=list)  # in flight on a replica that was stopped
+    replica_seconds: float = 0.0  # in the window; starting and draining replicas cost too
+    node_seconds: float = 0.0  # in the window, when a node shape was given
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (time, live, ready) per tick
     decisions: Counter[str] = field(default_factory=Counter)  # "up" / "down"
-    max_buffered: int = 0
+    max_buffered: int = 0  # most requests waiting at the gateway at once
+    min_live: int | None = None  # fewest replicas alive at any step of the window
+    max_live: int = 0
+    sim_seconds: float = 0.0  # virtual time simulated, warm-up and tail included
+
+    @property
+    def served(self) -> int:
+        return sum(1 for r in self.requests if r.finished_s is not None)
+
+    @property
+    def lost(self) -> int:
+        """Requests cut off by a replica being stopped under them (must stay 0)."""
+        return len(self.lost_requests)
+
+    @property
+    def unserved(self) -> int:
+        """Window requests that never finished and were not lost (still queued or running at the end)."""
+        lost = {id(r) for r in self.lost_requests}
+        return sum(1 for r in self.requests if r.finished_s is None and id(r) not in lost)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.requests if r.finished_s is not None)
+
+    def meets_slo(self, seq: SimSequence) -> bool:
+        return seq.finished_s is not None and seq.ttft_s <= self.ttft_slo_s and seq.tpot_s <= self.tpot_slo_s
 
     @property
     def slo_attainment(self) -> float:
-        """The share of output tokens produced at least as fast as the SLO."""
-        return 1.0 - self.slow_tokens / self.tokens if self.tokens else 1.0
+        """The share of window requests that finished within both the TTFT and the TPOT SLO."""
+        return sum(1 for r in self.requests if self.meets_slo(r)) / len(self.requests) if self.requests else 1.0
 
-    def ttft(self, quantile: float) -> float:
-        values = sorted(self.ttfts)
-        return values[min(int(quantile * len(values)), len(values) - 1)] if values else 0.0
+    def quantile(self, what: str, q: float) -> float:
+        """`what` ("ttft" or "tpot") at quantile q over finished requests (nearest rank)."""
+        values = sorted(getattr(r, f"{what}_s") for r in self.requests if r.finished_s is not None)
+        return values[min(int(q * len(values)), len(values) - 1)] if values else math.nan
 
     @property
     def peak(self) -> int:
-        return max((n for _, n in self.timeline), default=0)
+        return self.max_live
+
+    @property
+    def mean_replicas(self) -> float:
+        return self.replica_seconds / self.duration_s if self.duration_s else 0.0
 
 
 def simulate(
@@ -73,21 +115,41 @@ def simulate(
     router: Router | None = None,
     config: SimConfig = SimConfig(),
     policy_name: str = "policy",
+    *,
+    duration_s: float | None = None,
+    warmup: Sequence[TraceRequest] | None = None,
+    nodes_for: Callable[[int], int] | None = None,
+    serving: Profile | None = None,
 ) -> SimResult:
+    """Serve `trace` (arrivals from 0) with `variant`'s replicas sized by `policy`.
+
+    `duration_s`: the window (default: up to the last arrival). `warmup`: requests with arrival
+    times before 0 (default: the trace's first `config.warmup_s` seconds, shifted before 0).
+    `nodes_for(n)`: the nodes n live replicas occupy (packing), integrated into node_seconds.
+    `serving`: the speeds the replicas really have, when they differ from the Profile the scheduler
+    was given (the variant's); default: the variant's.
+    """
     profile = variant.profile
     if profile is None:
         raise ValueError(f"simulating {variant.name!r} needs its Profile (the replicas' speeds)")
     router = router or LeastOutstanding()
-    clock = _Clock(-profile.cold_start_s - config.tick_s)  # warm up: the minimum fleet is ready at t=0
-    backend = FakeBackend(clock, startup_s=profile.cold_start_s)
+    duration = duration_s if duration_s is not None else (trace[-1].arrival_s if trace else 0.0)
+    if warmup is None:
+        warm = [r for r in trace if r.arrival_s < config.warmup_s]
+        span = max(config.warmup_s, warm[-1].arrival_s) if warm else 0.0
+        warmup = [TraceRequest(r.arrival_s - span, r.prompt_tokens, r.output_tokens) for r in warm]
+    start = min((r.arrival_s for r in warmup), default=0.0)
+    boot = profile.cold_start_s if config.boot_s is None else config.boot_s
+    clock = _Clock(math.floor(start) - boot - config.tick_s)  # the minimum fleet is ready first
+    backend = FakeBackend(clock, startup_s=boot)
     sims: dict[str, SimReplica] = {}
     demand = DemandMeter(config.demand_window_s)
     gateway: deque[SimSequence] = deque()
-    result = SimResult()
+    result = SimResult(duration, config.ttft_slo_s, config.tpot_slo_s)
 
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:
-            sims[replica.replica_id] = SimReplica(replica.replica_id, profile, config.tpot_slo_s)
+            sims[replica.replica_id] = SimReplica(replica.replica_id, serving or profile, config.prefill_chunk_tokens)
         return sims[replica.replica_id]
 
     def load_of(replica: Replica) -> ReplicaLoad:
@@ -96,9 +158,9 @@ def simulate(
             replica.replica_id,
             replica.region,
             replica.variant,
-            running=len(sim.running),
+            running=sim.running,
             waiting=len(sim.waiting),
-            kv_used=len(sim.running) / max(profile.max_slots, 1),
+            kv_used=sim.running / profile.max_slots,
             healthy=replica.state is ReplicaState.READY,
         )
 
@@ -111,45 +173,62 @@ def simulate(
         buffered=lambda _variant: len(gateway),
         config=config.controller,
     )
-    while clock.now < 0:  # warm-up ticks, no traffic
+    while clock.now < start:  # warm-up ticks, no traffic: the minimum fleet starts
         controller.tick()
         clock.now += config.tick_s
-    clock.now, next_tick, arrivals = 0.0, 0.0, deque(trace)
-    end = (trace[-1].arrival_s if trace else 0.0) + config.tail_s
+    arrivals = deque(
+        (SimSequence(r.arrival_s, r.prompt_tokens, r.output_tokens), r.arrival_s >= 0) for r in (*warmup, *trace)
+    )
+    in_flight = 0  # requests arrived and not finished (or lost)
+    next_tick, end = clock.now, duration + config.tail_s
+    nodes_cache: dict[int, int] = {}
     while clock.now < end:
         now, dt = clock.now, config.dt_s
-        while arrivals and arrivals[0].arrival_s < now + dt:
-            request = arrivals.popleft()
-            gateway.append(SimSequence(request.arrival_s, request.prompt_tokens, request.output_tokens))
-            demand.record(variant.name, now, prompt_tokens=request.prompt_tokens)
+        while arrivals and arrivals[0][0].arrival_s < now + dt:
+            seq, counted = arrivals.popleft()
+            gateway.append(seq)
+            in_flight += 1
+            if counted:
+                result.requests.append(seq)
         replicas = backend.list()
-        _dispatch(gateway, replicas, router, load_of, sim_of)
+        _dispatch(gateway, replicas, router, load_of, sim_of, now)
         result.max_buffered = max(result.max_buffered, len(gateway))
         present = {r.replica_id for r in replicas}
         for replica_id in [rid for rid in sims if rid not in present]:
-            result.lost += sims.pop(replica_id).busy  # stopped with work on it
+            gone = sims.pop(replica_id).in_flight()  # stopped with work on it
+            result.lost_requests.extend(gone)
+            in_flight -= len(gone)
         for replica in replicas:
-            finished, produced = sim_of(replica).step(now, dt)
-            demand.record(variant.name, now, output_tokens=int(round(produced)))
-            for seq in finished:
-                result.served += 1
-                result.ttfts.append(seq.first_token_s - seq.arrival_s)
-                result.tokens += seq.output_tokens
-                result.slow_tokens += seq.slow_tokens
-        result.replica_seconds += len(replicas) * dt
+            for seq in sim_of(replica).step(now, dt):
+                in_flight -= 1
+                # As the gateway counts: a request's prompt and output tokens once it has finished.
+                demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens)
+        if 0 <= now < duration:
+            live = sum(1 for r in replicas if r.live)
+            result.replica_seconds += len(replicas) * min(dt, duration - now)
+            result.min_live = live if result.min_live is None else min(result.min_live, live)
+            result.max_live = max(result.max_live, live)
+            if nodes_for is not None:
+                if len(replicas) not in nodes_cache:
+                    nodes_cache[len(replicas)] = nodes_for(len(replicas))
+                result.node_seconds += nodes_cache[len(replicas)] * min(dt, duration - now)
         if now >= next_tick:
             report = controller.tick()
             current, desired = report.desired.get(variant.name, (0, 0))
-            if desired != current:
+            if desired != current and now >= 0:
                 result.decisions["up" if desired > current else "down"] += 1
-            result.timeline.append((now, sum(1 for r in backend.list() if r.live)))
+            fleet = backend.list()
+            ready = sum(1 for r in fleet if r.state is ReplicaState.READY)
+            result.timeline.append((now, sum(1 for r in fleet if r.live), ready))
             next_tick += config.tick_s
         clock.now = now + dt
-    result.unserved = len(gateway) + len(arrivals) + sum(s.busy for s in sims.values())
+        if not config.run_tail and now >= duration and not arrivals and in_flight == 0:
+            break
+    result.sim_seconds = clock.now - start
     return result
 
 
-def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_of, sim_of) -> None:
+def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_of, sim_of, now: float) -> None:
     if not gateway:
         return
     loads = {r.replica_id: load_of(r) for r in replicas}
@@ -158,7 +237,7 @@ def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_
         choice = router.choose(RouteRequest(), list(loads.values()))
         if choice is None:
             return
-        sim_of(by_id[choice.replica_id]).submit(gateway.popleft())
+        sim_of(by_id[choice.replica_id]).submit(gateway.popleft(), now)
         loads[choice.replica_id] = load_of(by_id[choice.replica_id])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from tandem.schedule.policies.capacity import CapacityParams, SloCapacity, capacity, slo_capacity
+from tandem.schedule.policies.capacity import CapacityParams, capacity, tier_replicas
 from tandem.schedule.policies.context import (
     Policy,
     PolicyState,
@@ -20,6 +20,8 @@ from tandem.schedule.policies.context import (
 )
 from tandem.schedule.policies.hpa import HpaParams, hpa, hpa_limits
 from tandem.schedule.policies.kpa import KpaParams, kpa, kpa_limits
+from tandem.schedule.policies.slo import SloCapacity, slo_capacity
+from tandem.schedule.policies.static import StaticParams, static_peak
 
 __all__ = [
     "POLICIES",
@@ -31,6 +33,7 @@ __all__ = [
     "ScaleContext",
     "ScaleLimits",
     "SloCapacity",
+    "StaticParams",
     "TokenDemand",
     "apply_limits",
     "capacity",
@@ -40,12 +43,15 @@ __all__ = [
     "kpa_limits",
     "make_policy",
     "slo_capacity",
+    "static_peak",
+    "tier_replicas",
 ]
 
 POLICIES: dict[str, tuple[Any, type]] = {
     "hpa": (hpa, HpaParams),
     "kpa": (kpa, KpaParams),
     "capacity": (capacity, CapacityParams),
+    "static-peak": (static_peak, StaticParams),
 }
 
 

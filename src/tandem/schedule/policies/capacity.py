@@ -1,19 +1,24 @@
-"""`capacity`: tandem's own policy. Replicas = predicted token demand / one replica's measured capacity.
+"""`capacity`: tandem's own policy. Replicas = predicted work / what one replica serves within the SLO.
 
-- Capacity comes from the variant's Profile (measured by the optimization layer): the largest
-  batch whose per-sequence decode rate still meets the latency SLO (time per output token), and
-  the output tokens/s at that batch. A faster optimizer has a larger capacity, so the same
-  traffic needs fewer replicas; the scheduler does not change a line.
-- Demand is output tokens/s: the larger of what the gateway saw served and what the in-flight
-  sequences need at the SLO pace (in-flight x 1 / tpot). Served tokens saturate at capacity, so
-  without the second term a queue would never show up as demand.
-- Forecast: Holt's linear smoothing (level + trend) of demand, projected over the replicas'
-  cold start (the Profile's cold_start_s): what is started now serves the demand of then. The
-  forecast only adds: the present demand is never undersized.
-- Prompt tokens cost prefill time: a replica's busy fraction is prompt/prefill_rate + output/capacity.
+- Capacity comes from the variant's Profile (measured by the optimization layer): the batch with
+  the most decode throughput whose sequences still keep the TPOT SLO with the traffic's prompts
+  prefilled beside them, and within the KV budget (`slo.slo_capacity`). A faster optimizer has a
+  larger capacity, so the same traffic needs fewer replicas; the scheduler does not change a line.
+- Work is counted in replicas kept busy: prompt tokens/s over the prefill rate plus output
+  tokens/s over that capacity. It is the largest of three readings of the gateway's counts: the
+  arrivals (the growth of in-flight requests plus the completions, times the tokens per request
+  seen so far), what was served, and what the in-flight sequences need at the SLO pace (in-flight
+  x 1 / tpot; served tokens saturate at capacity, so without it a queue would never show up).
+- Forecast: Holt's linear smoothing (level + trend) of the work, projected over the replicas' cold
+  start: what is started now serves the demand of then. The forecast only adds: the present
+  demand is never undersized.
+- Bursts (with `ttft_slo_s`): bursts shorter than a cold start come and go before a replica could
+  start, so the fleet keeps the capacity that would have absorbed the bursts (up to a cold start
+  long) of the last `burst_memory_s` within the queueing share of the TTFT SLO
+  (`forecast.burst_rate`); longer rises are followed by the forecast as they come.
 - Scale-down is stabilized (the highest recommendation of the last 60 s); scale-up is immediate.
-- A persistent minimum tier: the replicas needed for `min_tier_tokens_per_s` are always kept,
-  however quiet it gets (so a faster optimizer shrinks the always-on tier too).
+- A persistent minimum tier: the replicas needed for `min_tier_*` demand are always kept, however
+  quiet it gets (so a faster optimizer shrinks the always-on tier too).
 """
 
 from __future__ import annotations
@@ -22,85 +27,131 @@ import math
 from dataclasses import dataclass, replace
 
 from tandem.contracts import Profile
-from tandem.schedule.policies.context import PolicyState, ScaleContext, apply_limits
+from tandem.schedule.policies.context import PolicyState, ScaleContext, apply_limits, trim_window
+from tandem.schedule.policies.forecast import burst_rate, holt
 from tandem.schedule.policies.hpa import stabilize
+from tandem.schedule.policies.slo import SloCapacity, slo_capacity
 
-__all__ = ["CapacityParams", "SloCapacity", "capacity", "slo_capacity", "forecast_demand"]
+__all__ = ["CapacityParams", "SloCapacity", "capacity", "slo_capacity", "tier_replicas"]
 
 
 @dataclass(frozen=True)
 class CapacityParams:
     tpot_slo_s: float = 0.1  # time per output token each sequence must keep (10 tokens/s)
+    tpot_margin: float = 1.0  # plan batches for this share of the TPOT SLO (the batch varies around the plan)
+    ttft_slo_s: float | None = None  # time to first token; None: no burst headroom
+    queue_share: float = 0.75  # the share of the TTFT SLO a request may spend queued (the rest: its prefill)
+    burst_memory_s: float = 1200.0  # how far back the bursts the fleet keeps room for reach
     target_utilization: float = 1.0  # plan replicas busy at most this fraction of their capacity
-    smoothing: float = 0.5  # Holt alpha (level)
-    trend_smoothing: float = 0.3  # Holt beta (trend)
+    level_time_s: float = 20.0  # Holt level: time constant of its smoothing (0: none)
+    trend_time_s: float = 120.0  # Holt trend: time constant (longer than a cold start: ramps, not noise)
     horizon_s: float | None = None  # forecast horizon; None: the profile's cold start
     scale_down_stabilization_s: float = 60.0
     min_tier_tokens_per_s: float = 0.0  # output demand the persistent tier is sized for
+    min_tier_prompt_tokens_per_s: float = 0.0  # ... and its prompt demand (prefill time)
+    min_tier_tokens_per_sequence: float = 0.0  # ... and its tokens per request (KV memory)
+    mix_smoothing: float = 0.05  # EWMA weight of each tick's token mix (prompt/output, per request)
+    arrival_time_s: float = 2.0  # time constant of the arrival rate's smoothing (0: none)
 
     def __post_init__(self) -> None:
-        if self.tpot_slo_s <= 0 or not 0 < self.target_utilization <= 1:
-            raise ValueError("capacity needs tpot_slo_s > 0 and target_utilization in (0, 1]")
-        if not (0 < self.smoothing <= 1 and 0 <= self.trend_smoothing <= 1):
-            raise ValueError("capacity needs smoothing in (0, 1] and trend_smoothing in [0, 1]")
+        if self.tpot_slo_s <= 0 or not 0 < self.target_utilization <= 1 or not 0 < self.tpot_margin <= 1:
+            raise ValueError("capacity needs tpot_slo_s > 0, target_utilization and tpot_margin in (0, 1]")
+        if self.level_time_s < 0 or self.trend_time_s < 0 or not 0 < self.mix_smoothing <= 1:
+            raise ValueError("capacity needs level_time_s, trend_time_s >= 0 and mix_smoothing in (0, 1]")
+        if self.ttft_slo_s is not None and (self.ttft_slo_s <= 0 or not 0 < self.queue_share <= 1):
+            raise ValueError("capacity needs ttft_slo_s > 0 and queue_share in (0, 1]")
 
 
-@dataclass(frozen=True)
-class SloCapacity:
-    batch: int  # concurrent sequences per replica at the SLO
-    output_tokens_per_s: float  # one replica's decode throughput at that batch
-    meets_slo: bool  # False: even batch 1 is slower than the SLO (the capacity is best effort)
+def _work(profile: Profile, cap: SloCapacity, output_tokens_per_s: float, prompt_tokens_per_s: float) -> float:
+    """Replicas kept fully busy: decode at the SLO's capacity plus prefill at the measured rate."""
+    busy = output_tokens_per_s / cap.output_tokens_per_s if cap.output_tokens_per_s > 0 else math.inf
+    if profile.prefill_tokens_per_s > 0:
+        busy += prompt_tokens_per_s / profile.prefill_tokens_per_s
+    return busy
 
 
-def slo_capacity(profile: Profile, tpot_slo_s: float) -> SloCapacity:
-    """The largest batch whose per-sequence rate meets the SLO, and the throughput there."""
-    best: SloCapacity | None = None
-    for batch in range(1, max(profile.max_slots, 1) + 1):
-        rate = profile.decode_capacity(batch)
-        if rate / batch >= 1.0 / tpot_slo_s and (best is None or rate >= best.output_tokens_per_s):
-            best = SloCapacity(batch, rate, True)
-    return best or SloCapacity(1, profile.decode_capacity(1), False)
+def _replicas(busy: float, params: CapacityParams, fallback: int) -> int:
+    return math.ceil(busy / params.target_utilization - 1e-9) if math.isfinite(busy) else fallback
 
 
-def forecast_demand(state: PolicyState, observed: float, now: float, params: CapacityParams, horizon_s: float):
-    """Holt's linear method on an irregular clock: returns (predicted demand, level, trend)."""
-    if state.level is None or state.updated_at is None or now <= state.updated_at:
-        level = observed if state.level is None else state.level
-        trend = state.trend
-    else:
-        dt = now - state.updated_at
-        level = params.smoothing * observed + (1 - params.smoothing) * (state.level + state.trend * dt)
-        trend = params.trend_smoothing * (level - state.level) / dt + (1 - params.trend_smoothing) * state.trend
-    predicted = max(observed, level + trend * horizon_s, 0.0)
-    return predicted, level, trend
+def tier_replicas(profile: Profile, params: CapacityParams) -> int:
+    """The persistent minimum tier: replicas for the tier's demand at the SLO."""
+    out, prompt = params.min_tier_tokens_per_s, params.min_tier_prompt_tokens_per_s
+    if not (out or prompt):
+        return 0
+    mix = prompt / out if out > 0 else 0.0
+    cap = slo_capacity(profile, params.tpot_slo_s * params.tpot_margin, mix, params.min_tier_tokens_per_sequence)
+    return _replicas(_work(profile, cap, out, prompt), params, 0)
+
+
+def _ewma(old: float | None, sample: float, weight: float) -> float:
+    return sample if old is None else weight * sample + (1 - weight) * old
 
 
 def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tuple[int, PolicyState]:
     profile = ctx.profile
     if profile is None:
         raise ValueError(f"the capacity policy needs the measured Profile of variant {ctx.variant!r}")
-    cap = slo_capacity(profile, params.tpot_slo_s)
-    observed = max(ctx.demand.output_tokens_per_s, ctx.in_flight / params.tpot_slo_s)
+    demand, state, weight = ctx.demand, ctx.state, params.mix_smoothing
+    mix, seq_tokens, out_per_request = state.mix, state.seq_tokens, state.out_per_request
+    if demand.output_tokens_per_s > 0:
+        mix = _ewma(mix, demand.prompt_tokens_per_s / demand.output_tokens_per_s, weight)
+    if demand.requests_per_s > 0:
+        per_request = (demand.prompt_tokens_per_s + demand.output_tokens_per_s) / demand.requests_per_s
+        seq_tokens = _ewma(seq_tokens, per_request, weight)
+        if demand.output_tokens_per_s > 0:
+            out_per_request = _ewma(out_per_request, demand.output_tokens_per_s / demand.requests_per_s, weight)
+    cap = slo_capacity(profile, params.tpot_slo_s * params.tpot_margin, mix or 0.0, seq_tokens or 0.0)
+
+    # Arrivals, by flow conservation: the growth of what is in flight plus what finished since the last
+    # tick. The gateway counts a request's tokens when it finishes, which lags a burst and is capped by
+    # what the fleet can serve; the in-flight count moves the moment requests arrive.
+    arrivals = state.arrivals
+    if state.in_flight is not None and state.updated_at is not None and ctx.now > state.updated_at:
+        dt = ctx.now - state.updated_at
+        sample = max(0.0, (ctx.in_flight - state.in_flight) / dt + demand.requests_per_s)
+        weight = 1.0 - math.exp(-dt / params.arrival_time_s) if params.arrival_time_s > 0 else 1.0
+        arrivals = sample if arrivals is None else weight * sample + (1 - weight) * arrivals
+    arrivals = demand.requests_per_s if arrivals is None else arrivals
+    prompt = demand.prompt_tokens_per_s
+    per_request = (seq_tokens or 0.0) - (out_per_request or 0.0)
+    arriving = _work(profile, cap, arrivals * (out_per_request or 0.0), arrivals * per_request)
+    backlog = _work(profile, cap, max(demand.output_tokens_per_s, ctx.in_flight / params.tpot_slo_s), prompt)
+    observed = max(arriving, backlog)
     horizon = profile.cold_start_s if params.horizon_s is None else params.horizon_s
-    predicted, level, trend = forecast_demand(ctx.state, observed, ctx.now, params, horizon)
+    level, trend = holt(state.level, state.trend, state.updated_at, observed, ctx.now, params.level_time_s,
+                        params.trend_time_s)  # fmt: skip
+    predicted = max(backlog, level + trend * horizon, 0.0)  # the smoothed arrivals, never below the backlog
 
-    busy = predicted / cap.output_tokens_per_s if cap.output_tokens_per_s > 0 else math.inf
-    if profile.prefill_tokens_per_s > 0:
-        busy += ctx.demand.prompt_tokens_per_s / profile.prefill_tokens_per_s
-    raw = math.ceil(busy / params.target_utilization - 1e-9) if math.isfinite(busy) else ctx.limits.max_replicas
-    tier = math.ceil(params.min_tier_tokens_per_s / cap.output_tokens_per_s - 1e-9) if cap.output_tokens_per_s else 0
-    raw = max(raw, tier)
+    samples = state.samples
+    if params.ttft_slo_s is not None and math.isfinite(arriving):
+        samples = (*trim_window(samples, ctx.now, params.burst_memory_s), (ctx.now, arriving))
+        delay = params.queue_share * params.ttft_slo_s
+        predicted = max(predicted, burst_rate(samples, delay, 1.0, longest_s=max(profile.cold_start_s, 1.0)))
 
+    tier = tier_replicas(profile, params)
+    raw = max(_replicas(predicted, params, ctx.limits.max_replicas), tier)
     window = params.scale_down_stabilization_s
-    history = tuple((t, r) for t, r in ctx.state.recommendations if t > ctx.now - window)
+    history = tuple((t, r) for t, r in state.recommendations if t > ctx.now - window)
     stable = stabilize(raw, ctx.current_replicas, history, ctx.now, 0.0, window)
     state = replace(
-        ctx.state,
+        state,
         recommendations=(*history, (ctx.now, raw)),
+        samples=samples,
         level=level,
         trend=trend,
         updated_at=ctx.now,
-        notes=(("observed", observed), ("predicted", predicted), ("capacity", cap.output_tokens_per_s)),
+        mix=mix,
+        seq_tokens=seq_tokens,
+        out_per_request=out_per_request,
+        in_flight=ctx.in_flight,
+        arrivals=arrivals,
+        notes=(
+            ("arriving", arriving),
+            ("observed", observed),
+            ("predicted", predicted),
+            ("batch", cap.batch),
+            ("capacity", cap.output_tokens_per_s),
+        ),
     )
-    desired, state = apply_limits(max(stable, tier), ctx, state)
-    return desired, state
+    return apply_limits(max(stable, tier), ctx, state)

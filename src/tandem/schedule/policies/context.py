@@ -75,7 +75,7 @@ class PolicyState:
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()  # HPA/capacity stabilization window
-    samples: tuple[tuple[float, float], ...] = ()  # KPA concurrency / capacity demand observations
+    samples: tuple[tuple[float, float], ...] = ()  # KPA concurrency / capacity arriving work, per tick
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
     panic_since: float | None = None  # KPA: last time the panic window was over the threshold
@@ -84,6 +84,11 @@ class PolicyState:
     level: float | None = None  # capacity: smoothed demand (Holt's linear method)
     trend: float = 0.0  # capacity: demand change per second
     updated_at: float | None = None  # capacity: time of the last smoothing update
+    mix: float | None = None  # capacity: prompt tokens per output token of the traffic (smoothed)
+    seq_tokens: float | None = None  # capacity: prompt + output tokens per request (smoothed)
+    out_per_request: float | None = None  # capacity: output tokens per request (smoothed)
+    in_flight: int | None = None  # capacity: in-flight requests at the last tick (arrivals = growth + completions)
+    arrivals: float | None = None  # capacity: requests arriving per second (smoothed)
     notes: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # last decision's inputs, for logs
 
 
