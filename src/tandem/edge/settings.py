@@ -37,11 +37,14 @@ __all__ = [
     "load_settings",
     "parse_port_range",
     "settings_environment",
+    "settings_variables",
 ]
 
 ENV_PREFIX = "TANDEM_"
 # Any of these, from any source, makes `tandem serve` a gateway in front of replicas.
-GATEWAY_MODE_FIELDS = ("deployment", "replicas_min", "replicas_max", "policy", "fallback", "regions")
+GATEWAY_MODE_FIELDS = (
+    "deployment", "replicas_min", "replicas_max", "policy", "fallback", "regions", "backend", "ray_address",
+)  # fmt: skip
 
 
 def parse_port_range(value: Any) -> tuple[int, int] | None:
@@ -107,6 +110,8 @@ class Settings(BaseModel):
     log_dir: str | None = None  # replica logs; default: $TANDEM_CACHE/logs/gateway-<time>-<pid>
     replica_ports: Annotated[tuple[int, int] | None, NoDecode] = None  # "9000-9099"; default: any free port
     queue_timeout: float = Field(60.0, gt=0)  # how long a request waits at the gateway for a replica
+    backend: Literal["local", "ray"] | None = None  # where replicas run (default: the file's, else local)
+    ray_address: str | None = Field(None, min_length=1)  # implies the ray backend; default: as ray.init finds one
 
     @field_validator("regions", mode="before")
     @classmethod
@@ -166,9 +171,14 @@ class _Layered(BaseSettings, Settings):
         return init_settings, _EnvironSource(settings_cls), _FileSource(settings_cls)
 
 
+def settings_variables() -> frozenset[str]:
+    """The names of the TANDEM_* variables that are settings (TANDEM_CACHE and TANDEM_KERNELS are not)."""
+    return frozenset({ENV_PREFIX + name.upper() for name in Settings.model_fields} | {ENV_PREFIX + "CONFIG"})
+
+
 def settings_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The TANDEM_* variables that are settings (TANDEM_CACHE and TANDEM_KERNELS are not)."""
-    names = {ENV_PREFIX + name.upper() for name in Settings.model_fields} | {ENV_PREFIX + "CONFIG"}
+    """The TANDEM_* variables that are settings, with their values."""
+    names = settings_variables()
     return {k: v for k, v in environ.items() if k.upper() in names}
 
 

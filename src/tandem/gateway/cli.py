@@ -10,11 +10,12 @@ from pathlib import Path
 
 import click
 
+from tandem.cluster.backend import BackendError
 from tandem.edge.settings import Settings
 from tandem.gateway.deployment import deployment_from_settings
 from tandem.gateway.profiles import ProfileError
 from tandem.gateway.run import run_gateway
-from tandem.gateway.wiring import build_gateway, default_log_dir, local_backend
+from tandem.gateway.wiring import build_gateway, choose_backend, default_log_dir
 from tandem.schedule.deployment import DeploymentError
 
 __all__ = ["serve_gateway"]
@@ -27,13 +28,17 @@ def serve_gateway(settings: Settings) -> int:
     except (DeploymentError, ProfileError) as exc:
         raise click.ClickException(str(exc)) from None
     log_dir = Path(settings.log_dir) if settings.log_dir else default_log_dir()
+    try:
+        backend, where = choose_backend(settings, deployment, log_dir)
+    except BackendError as exc:
+        raise click.ClickException(str(exc)) from None
     gw = build_gateway(
         deployment,
-        local_backend(settings, log_dir),
+        backend,
         buffer_timeout_s=settings.queue_timeout,
         shutdown_timeout_s=settings.shutdown_timeout,
     )
     return run_gateway(
         gw, settings.host, settings.port, api_key=settings.api_key, log_level=settings.log_level,
-        access_log=settings.access_log, max_body_bytes=settings.max_body_bytes, log_dir=str(log_dir),
+        access_log=settings.access_log, max_body_bytes=settings.max_body_bytes, log_dir=str(log_dir), backend=where,
     )  # fmt: skip

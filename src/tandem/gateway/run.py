@@ -81,13 +81,16 @@ class GatewayServer(ExitZeroServer):
 def run_gateway(
     gw: Gateway, host: str, port: int, *, api_key: str | None = None, log_level: str = "info",
     access_log: bool = False, max_body_bytes: int = 1 << 20, log_dir: str | None = None,
+    backend: str = "local processes on this machine",
 ) -> int:  # fmt: skip
     """Serve until SIGTERM/SIGINT (exit 0), or until the primary variant gives up (exit 1)."""
     configure_logging(log_level)
     names = ", ".join(f"{p.variant.name} ({p.variant.recipe or 'default recipe'})" for p in gw.deployment.plans)
     logger.info(
-        "tandem gateway on http://%s:%d: variants %s; primary %s, fallback %s, policy %s; replica logs in %s",
-        host, port, names, gw.deployment.primary, gw.deployment.fallback, gw.deployment.policy_name, log_dir,
+        "tandem gateway on http://%s:%d: variants %s; primary %s, fallback %s, policy %s; replicas: %s; replica "
+        "logs in %s",
+        host, port, names, gw.deployment.primary, gw.deployment.fallback, gw.deployment.policy_name, backend,
+        f"{log_dir}{' on each replica node' if gw.deployment.backend.name == 'ray' else ''}",
     )  # fmt: skip
     server: GatewayServer | None = None
 

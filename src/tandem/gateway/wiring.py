@@ -1,5 +1,6 @@
 """Wiring: the scheduling layer's parts assembled into one `Gateway` (what the app, the proxy and the
-admin API share), and the local backend a gateway process starts replicas with.
+admin API share), and the backend a gateway process starts replicas with (local processes, or a
+Ray cluster: `choose_backend`).
 
 Side effects come in as arguments: the backend (LocalBackend, or a FakeBackend in tests), the
 clock, the transport to replicas (httpx's, or a MockTransport/FaultyTransport in tests), the
@@ -19,9 +20,9 @@ from pathlib import Path
 import httpx
 from prometheus_client import CollectorRegistry
 
-from tandem.cluster.backend import Backend, ReplicaState
+from tandem.cluster.backend import Backend, BackendError, ReplicaState
 from tandem.cluster.local import LocalBackend, PortRange, find_free_port, popen_spawner
-from tandem.edge.settings import Settings, settings_environment
+from tandem.edge.settings import Settings, settings_environment, settings_variables
 from tandem.gateway.deployment import ProfileSource
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.profiles import cache_dir, cached_profile
@@ -33,7 +34,15 @@ from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.traffic import DemandMeter, InFlight
 from tandem.schedule.variant import Variant
 
-__all__ = ["Gateway", "PendingUse", "build_gateway", "default_log_dir", "local_backend", "replica_environment"]
+__all__ = [
+    "Gateway",
+    "PendingUse",
+    "build_gateway",
+    "choose_backend",
+    "default_log_dir",
+    "local_backend",
+    "replica_environment",
+]
 
 
 @dataclass
@@ -171,3 +180,28 @@ def local_backend(settings: Settings, log_dir: Path, environ: Mapping[str, str] 
         # Longer than a replica's own drain (its --shutdown-timeout), so SIGKILL is the exception.
         kill_after_s=settings.shutdown_timeout + 10.0,
     )
+
+
+def choose_backend(
+    settings: Settings, deployment: Deployment, log_dir: Path, environ: Mapping[str, str] | None = None
+) -> tuple[Backend, str]:
+    """The deployment's backend, and a line for the banner saying where replicas run.
+
+    Ray (`tandem[ray]`) is imported only here and only for `backend: ray`. BackendError when Ray
+    is missing or its cluster cannot be reached.
+    """
+    kill_after_s = settings.shutdown_timeout + 10.0  # longer than a replica's own drain: SIGKILL is the exception
+    if deployment.backend.name != "ray":
+        return local_backend(settings, log_dir, environ), "local processes on this machine"
+    from tandem.cluster.ray import ray_backend
+
+    try:
+        backend = ray_backend(
+            deployment.backend.address, log_dir=str(log_dir), ports=settings.replica_ports,
+            unset_env=settings_variables(), kill_after_s=kill_after_s,
+        )  # fmt: skip
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "ray":
+            raise
+        raise BackendError("the ray backend needs Ray: pip install 'tandem[ray]'") from None
+    return backend, f"Ray: {backend.description}"
