@@ -83,11 +83,15 @@ def test_a_replicas_demand_becomes_actor_options_ray_never_restarts_and_spreads(
     placer = RayPlacer(FakeRay())
     options = placer.options(Demand(cpus=2, memory_bytes=3 * GiB, accelerators=1, accelerator_type="A100", region="eu"))
     assert options == {
-        "num_cpus": 2, "max_restarts": 0, "max_task_retries": 0, "max_concurrency": 4, "memory": 3 * GiB,
+        "num_cpus": 2, "max_restarts": 0, "max_task_retries": 0, "max_concurrency": 4,
+        "runtime_env": {"env_vars": {"RAY_worker_niceness": "0"}}, "memory": 3 * GiB,
         "num_gpus": 1, "accelerator_type": "A100", "label_selector": {"region": "eu"}, "scheduling_strategy": "SPREAD",
     }  # fmt: skip
     plain = RayPlacer(FakeRay(), spread=False).options(Demand(cpus=1))
-    assert plain == {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0, "max_concurrency": 4}
+    assert plain == {
+        "num_cpus": 1, "max_restarts": 0, "max_task_retries": 0, "max_concurrency": 4,
+        "runtime_env": {"env_vars": {"RAY_worker_niceness": "0"}},
+    }  # fmt: skip
 
 
 def test_rays_error_becomes_one_line_with_the_reason():

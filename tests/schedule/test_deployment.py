@@ -272,3 +272,12 @@ def test_bad_sizes_are_refused(size):
         parse_bytes(size)
     with pytest.raises(DeploymentError, match=r"variants\[0\].resources.memory"):
         parse_deployment({"variants": [{"name": "a", "resources": {"memory": size}}], "policy": {"name": "hpa"}})
+
+
+def test_the_schema_describes_the_backend_and_the_resources():
+    from tandem.schedule.deployment import deployment_schema
+
+    schema = deployment_schema()
+    assert "backend" in schema["properties"] and "resources" in schema["$defs"]["_Variant"]["properties"]
+    assert schema["$defs"]["_Backend"]["properties"]["name"]["enum"] == ["local", "ray"]
+    assert set(schema["$defs"]["_Resources"]["properties"]) == {"memory", "accelerators", "accelerator_type"}

@@ -100,7 +100,7 @@ class Settings(BaseModel):
     replica_variant: str | None = None  # default: the recipe served
     parent_pid: int | None = Field(None, ge=1)  # exit when this process (the gateway) is gone
 
-    # Gateway mode (any of GATEWAY_MODE_FIELDS): a router and an autoscaler in front of local replicas.
+    # Gateway mode (any of GATEWAY_MODE_FIELDS): a router and an autoscaler in front of replicas (local, or on Ray).
     deployment: str | None = None  # the deployment file (YAML) of variants
     replicas_min: int | None = Field(None, ge=0)
     replicas_max: int | None = Field(None, ge=1)

@@ -190,7 +190,6 @@ def choose_backend(
     Ray (`tandem[ray]`) is imported only here and only for `backend: ray`. BackendError when Ray
     is missing or its cluster cannot be reached.
     """
-    kill_after_s = settings.shutdown_timeout + 10.0  # longer than a replica's own drain: SIGKILL is the exception
     if deployment.backend.name != "ray":
         return local_backend(settings, log_dir, environ), "local processes on this machine"
     from tandem.cluster.ray import ray_backend
@@ -198,7 +197,8 @@ def choose_backend(
     try:
         backend = ray_backend(
             deployment.backend.address, log_dir=str(log_dir), ports=settings.replica_ports,
-            unset_env=settings_variables(), kill_after_s=kill_after_s,
+            # What a replica's node must not pass on: the gateway's own TANDEM_* settings (as locally).
+            unset_env=settings_variables(), kill_after_s=settings.shutdown_timeout + 10.0,
         )  # fmt: skip
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] != "ray":

@@ -198,10 +198,9 @@ class RayBackend:
         waits_now = waits(held.demand, waiting) if shapes_known else now - held.replica.started_at > 10.0
         pending: PendingPlacement | None = pending_placement(held.demand, nodes, waits_now)
         with self._lock:
-            if pending == held.replica.pending:
-                return
+            before = held.replica.pending
             held.replica = replace(held.replica, pending=pending)
-        if pending is not None:
+        if pending is not None and (before is None or before.cause != pending.cause):  # not each tick's free room
             logger.warning("replica %s cannot be placed yet: %s", held.replica.replica_id, pending)
 
     def _finish(self, held: _Held, status: Ended) -> None:
