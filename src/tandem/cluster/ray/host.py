@@ -57,7 +57,7 @@ class ReplicaHost:
         argv = serve_command(self.spec, port, host, self.replica_id, parent_pid=os.getpid())
         self.process = popen_spawner(self.log_dir)(argv, env, self.replica_id)
         node_id = ray.get_runtime_context().get_node_id()
-        return Placement(url=f"http://{host}:{port}", node_id=node_id, node_ip=host, pid=self.process.pid)
+        return Placement(f"http://{host}:{port}", node_id, host, self.process.pid, host_pid=os.getpid())
 
     def wait_exit(self) -> tuple[int, str]:
         """Block until the server exits: (its exit code, the end of its output)."""

@@ -26,6 +26,7 @@ class Placement:
     node_id: str
     node_ip: str
     pid: int  # the server process, on that node
+    host_pid: int = 0  # the actor's worker process, the server's parent
 
 
 @dataclass(frozen=True)
