@@ -212,3 +212,45 @@ def test_ids_are_unique_per_backend_and_list_is_oldest_first():
         w.clock.now += 1
         w.backend.start(spec(variant=variant))
     assert [r.replica_id for r in w.backend.list()] == ["fast-1", "slow-2", "fast-3"]
+
+
+def controller(world: World, variant: dict, **controller_config):
+    from tandem.schedule.controller import Controller
+    from tandem.schedule.deployment import parse_deployment
+
+    raw = {"variants": [variant], "policy": {"name": "hpa"}, "controller": controller_config}
+    deployment = parse_deployment(raw)
+    return Controller(world.backend, deployment.pools(), world.clock, lambda replicas: {}, config=deployment.controller)
+
+
+def test_the_unchanged_controller_replaces_replicas_lost_with_their_node():
+    w = World()
+    ctl = controller(w, {"name": "fast", "recipe": "int8", "replicas": {"min": 2, "max": 2}})
+    assert len(ctl.tick().started) == 2
+    w.placer.launch("fast-1", node_id="aaaa1111", port=9001)
+    w.placer.launch("fast-2", node_id="bbbb2222", port=9002)
+    w.ready |= {"http://10.0.0.1:9001", "http://10.0.0.1:9002"}
+    ctl.tick()
+    ctl.tick()
+    assert [r.state for r in w.backend.list()] == [ReplicaState.READY, ReplicaState.READY]
+    w.placer.lose_node("aaaa1111")
+    report = ctl.tick()
+    assert [e.replica.replica_id for e in report.exited] == ["fast-1"] and not report.exited[0].expected
+    assert "its node has died" in ctl.recent_exits[-1].error
+    assert report.started == ["fast-3"]  # the policy wants 2: a replacement, wherever Ray places it
+
+
+def test_a_replica_pending_past_the_start_timeout_is_a_failed_start_that_says_why():
+    w = World()
+    big = {"name": "big", "recipe": "int8", "resources": {"memory": "8GiB"}}
+    ctl = controller(w, big, start_timeout_s=60, restart_backoff_s=5)
+    ctl.tick()  # asks Ray for it; the next tick's refresh learns that Ray cannot place it
+    ctl.tick()
+    assert w.backend.list()[0].pending.cause == "too-large"
+    assert ctl.snapshot().replicas[0].pending.cause == "too-large"  # the controller's own view
+    w.clock.now = 61.0
+    report = ctl.tick()
+    assert report.stopped == ["big-1"] and ("release", "big-1") in w.placer.calls
+    history = ctl.starts["big"]
+    assert history.failures == 1
+    assert history.last_error.startswith("not ready after 61 s; stopped (pending (too-large): no node is large")
