@@ -3,6 +3,7 @@ replica's demand becomes, Ray's errors as an operator's line, and that nothing i
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -15,6 +16,10 @@ from tandem.cluster.ray.demand import NodeView
 from tandem.cluster.ray.runtime import RayPlacer, connect, describe_cluster, loss_reason
 
 GiB = 1 << 30
+
+
+def reachable(address: str) -> None:
+    return None
 
 
 class FakeRay:
@@ -43,19 +48,21 @@ class FakeRay:
 
 def test_an_address_given_wins_and_the_banner_says_it_was_given():
     ray = FakeRay()
-    said = connect("10.0.0.1:6379", environ={"RAY_ADDRESS": "elsewhere:1"}, ray=ray, started_here=lambda: "x:1")
+    said = connect(
+        "10.0.0.1:6379", environ={"RAY_ADDRESS": "elsewhere:1"}, ray=ray, started_here=lambda: "x:1",
+        unreachable=reachable,
+    )  # fmt: skip
     assert ray.inits == [{"address": "10.0.0.1:6379", "namespace": "tandem", "log_to_driver": False}]
     assert said == "connected to the Ray cluster at 10.0.0.1:6379 (given)"
 
 
 def test_then_ray_address_then_the_cluster_ray_start_left_on_this_machine():
     ray = FakeRay()
-    assert connect(None, environ={"RAY_ADDRESS": "10.0.0.9:6379"}, ray=ray, started_here=lambda: "x:1").endswith(
-        "(RAY_ADDRESS)"
-    )
+    from_variable = connect(None, {"RAY_ADDRESS": "10.0.0.9:6379"}, ray, lambda: "x:1", reachable)
+    assert from_variable.endswith("(RAY_ADDRESS)")
     assert ray.inits[0]["address"] == "10.0.0.9:6379"
     ray = FakeRay()
-    said = connect(None, environ={}, ray=ray, started_here=lambda: "10.0.0.2:6379")
+    said = connect(None, environ={}, ray=ray, started_here=lambda: "10.0.0.2:6379", unreachable=reachable)
     assert ray.inits[0]["address"] == "10.0.0.2:6379"
     assert said == "connected to the Ray cluster at 10.0.0.1:6379 (started on this machine with `ray start`)"
 
@@ -73,10 +80,31 @@ def test_a_process_already_connected_keeps_its_cluster():
     assert ray.inits == []
 
 
-def test_a_cluster_that_cannot_be_reached_is_one_clear_error():
-    ray = FakeRay(fail=ConnectionError("Could not find any running Ray instance."))
-    with pytest.raises(BackendError, match=r"cannot connect to the Ray cluster at auto \(given\): Could not find"):
-        connect("auto", environ={}, ray=ray)
+def test_a_cluster_that_cannot_be_reached_is_one_clear_error_at_once():
+    ray = FakeRay()
+    with pytest.raises(BackendError, match=r"cannot reach the Ray cluster at 10.0.0.1:6379 \(given\): refused"):
+        connect("10.0.0.1:6379", environ={}, ray=ray, unreachable=lambda address: "refused")
+    assert ray.inits == []  # ray.init() would have retried for ever
+    stale = dict(environ={}, ray=ray, started_here=lambda: "10.0.0.2:6379", unreachable=lambda address: "refused")
+    with pytest.raises(BackendError, match="at 10.0.0.2:6379 \\(started on this machine with `ray start`\\)"):
+        connect(None, **stale)  # the address file of a cluster since stopped
+    with pytest.raises(BackendError, match="no Ray cluster to connect to: none was started on this machine"):
+        connect("auto", environ={}, ray=ray, started_here=lambda: None)
+    failing = FakeRay(fail=ConnectionError("version mismatch"))
+    with pytest.raises(BackendError, match=r"cannot connect to the Ray cluster at a:1 \(given\): version mismatch"):
+        connect("a:1", environ={}, ray=failing, unreachable=reachable)
+
+
+def test_reachability_is_a_tcp_connect():
+    from tandem.cluster.ray.runtime import _unreachable
+
+    assert _unreachable("not-an-address") == "'not-an-address' is not HOST:PORT"
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert _unreachable(f"127.0.0.1:{port}") is None
+    assert _unreachable(f"127.0.0.1:{port}") is not None  # closed now: refused
 
 
 def test_a_replicas_demand_becomes_actor_options_ray_never_restarts_and_spreads():

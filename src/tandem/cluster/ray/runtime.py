@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -229,18 +230,32 @@ def _started_here() -> str | None:
         return None
 
 
+def _unreachable(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why nothing answers at HOST:PORT (None: something does). ray.init() would retry for ever."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return f"{address!r} is not HOST:PORT"
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
+
+
 def connect(
     address: str | None = None,
     environ: Mapping[str, str] | None = None,
     ray: Any = None,
     started_here: Callable[[], str | None] = _started_here,
+    unreachable: Callable[[str], str | None] = _unreachable,
 ) -> str:
     """Join a Ray cluster the way `ray.init()` finds one, and say which it did.
 
-    `address` (--ray-address, the deployment's backend.address) first; else RAY_ADDRESS; else the
-    cluster `ray start --head` left on this machine; else a new local cluster in this process.
-    A process already connected (tests, a notebook) keeps its cluster. BackendError if the
-    cluster cannot be reached.
+    `address` (--ray-address, the deployment's backend.address; `auto`: the one on this machine)
+    first; else RAY_ADDRESS; else the cluster `ray start --head` left on this machine; else a new
+    local cluster in this process. A process already connected (tests, a notebook) keeps its
+    cluster. BackendError, at once, if the cluster cannot be reached (ray.init() would wait for it
+    for ever).
     """
     if ray is None:
         import ray
@@ -253,6 +268,12 @@ def connect(
         source, target = "RAY_ADDRESS", environ["RAY_ADDRESS"]
     else:
         source, target = "started on this machine with `ray start`", started_here()
+    if target == "auto":
+        target = started_here()
+        if target is None:
+            raise BackendError("no Ray cluster to connect to: none was started on this machine with `ray start`")
+    if target is not None and (why := unreachable(target)) is not None:
+        raise BackendError(f"cannot reach the Ray cluster at {target} ({source}): {why}")
     try:
         if target is None:
             ray.init(address="local", namespace=NAMESPACE, log_to_driver=False)
