@@ -74,8 +74,8 @@ def ray_cluster() -> Any:
     )
     nodes = {"head": cluster.head_node}
     try:
-        for name in ("eu", "us-2"):
-            nodes[name] = cluster.add_node(**NODES[name], **small)
+        for name in ("eu", "us-2"):  # both start at once; then wait for the three
+            nodes[name] = cluster.add_node(wait=False, **NODES[name], **small)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace="tandem", log_to_driver=False)
         yield RayCluster(cluster, nodes)
