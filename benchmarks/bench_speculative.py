@@ -18,7 +18,7 @@ from tandem.engine import Engine, EngineConfig
 from tandem.model import load_model
 from tandem.optimize import apply_recipe
 from tandem.optimize.profile import decode_rate
-from tandem.optimize.workload import heldout_texts
+from tandem.workload import heldout_texts
 
 
 def code_prompts(tokenizer, count: int, length: int) -> list[list[int]]:

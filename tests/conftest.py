@@ -24,3 +24,10 @@ def tiny_llama_dir(tiny_model_dirs) -> Path:
 def tiny_draft_dir(tmp_path_factory) -> Path:
     """A smaller random Llama sharing the tiny models' tokenizer: a (poor) draft for speculation."""
     return save_tiny("llama", tmp_path_factory.mktemp("draft") / "llama-draft", seed=1, num_hidden_layers=1)
+
+
+@pytest.fixture(scope="session")
+def serve_model_dir(tmp_path_factory) -> Path:
+    """The tiny random Llama with a 1024-token context (so long streams stay in flight a while): the
+    model real `tandem serve` replicas load in the serve, gateway and scheduling tests."""
+    return save_tiny("llama", tmp_path_factory.mktemp("serve") / "tiny-serve", max_position_embeddings=1024)

@@ -30,6 +30,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "tandem.optimize.cli:profile_command",
         "Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start).",
     ),
+    "gate": (
+        "tandem.gate.cli:gate_command",
+        "Run INCUMBENT and CANDIDATE side by side on the trace-shaped workload and judge latency, accuracy"
+        " and unit cost.",
+    ),
     "bench": (
         "tandem.optimize.cli:bench_command",
         "Run one trace-shaped workload through each recipe and through transformers; print ratios.",

@@ -27,6 +27,7 @@ from tiny_models import save_tiny
 from tandem.cluster.ray import RayBackend
 from tandem.cluster.ray.runtime import RayPlacer
 from tandem.edge.settings import settings_variables
+from tandem.gateway.wiring import FLEET_SECRET_ENV, new_fleet_secret
 from tandem.schedule.rollout import Phase
 from tandem.schedule.variant import REPLICA_RUNTIME_BYTES
 
@@ -118,8 +119,12 @@ def deployment(model_dir: Path, variants: list[dict[str, Any]], **more: Any) -> 
 
 
 def gateway(raw: dict[str, Any], tmp_path: Path, **options: Any) -> RunningGateway:
-    placer = RayPlacer(log_dir=str(tmp_path / "replicas"), unset_env=settings_variables())
-    return RunningGateway(raw, tmp_path / "gateway", backend=RayBackend(placer, kill_after_s=20.0), **options)
+    secret = new_fleet_secret()  # replicas on every node answer only this gateway
+    placer = RayPlacer(
+        log_dir=str(tmp_path / "replicas"), unset_env=settings_variables(), extra_env={FLEET_SECRET_ENV: secret}
+    )
+    backend = RayBackend(placer, kill_after_s=20.0)
+    return RunningGateway(raw, tmp_path / "gateway", backend=backend, fleet_secret=secret, **options)
 
 
 def nodes_of(gw: RunningGateway, variant: str | None = None) -> list[str]:

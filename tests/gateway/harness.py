@@ -24,7 +24,7 @@ from server_process import free_port
 from tandem.cluster.backend import Backend
 from tandem.cluster.local import LocalBackend, popen_spawner
 from tandem.gateway.app import create_gateway_app
-from tandem.gateway.wiring import Gateway, build_gateway
+from tandem.gateway.wiring import FLEET_SECRET_ENV, Gateway, build_gateway, new_fleet_secret
 from tandem.schedule.deployment import parse_deployment
 
 MODEL_NAME = "tiny"
@@ -63,15 +63,22 @@ def total_retries(text: str) -> float:
 class RunningGateway:
     def __init__(
         self, raw: dict[str, Any], log_dir: Path, transport: httpx.AsyncBaseTransport | None = None,
-        api_key: str | None = None, backend: Backend | None = None,
+        api_key: str | None = None, backend: Backend | None = None, fleet_secret: str | None = None,
+        **gateway: Any,
     ) -> None:  # fmt: skip
+        """`gateway`: more build_gateway arguments (first_byte_timeout_s=...). A given `backend` hands
+        its replicas `fleet_secret` (FLEET_SECRET_ENV) itself."""
+        # As `tandem serve` does: replicas answer only this gateway.
+        self.fleet_secret = fleet_secret or new_fleet_secret()
         if backend is None:
             env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") or k == "TANDEM_CACHE"}
+            env[FLEET_SECRET_ENV] = self.fleet_secret
             backend = LocalBackend(spawn=popen_spawner(log_dir), base_env=env, kill_after_s=20.0)
         self.log_dir = log_dir
         self.gw: Gateway = build_gateway(
-            parse_deployment(raw), backend, transport=transport, buffer_timeout_s=90.0, read_timeout_s=60.0
-        )
+            parse_deployment(raw), backend, transport=transport, buffer_timeout_s=90.0, read_timeout_s=60.0,
+            fleet_secret=self.fleet_secret, **gateway,
+        )  # fmt: skip
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(

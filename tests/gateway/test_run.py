@@ -38,6 +38,32 @@ def replica_processes(marker: str) -> list[int]:
     return pids
 
 
+def check_the_fleet_secret(gateway: ServerProcess, replica: dict, replica_log: Path, user_auth: dict) -> None:
+    """The replica's port answers only its gateway: not without the fleet's secret, not with the user's key.
+    The secret is in the replica's environment (readable by its user only), in no command line, in no log."""
+    url = replica["address"]
+    for headers in ({}, user_auth):
+        assert httpx.post(url + "/v1/completions", json=BODY, headers=headers, timeout=30).status_code == 401
+        assert httpx.get(url + "/load", headers=headers, timeout=30).status_code == 401
+        assert httpx.get(url + "/metrics", headers=headers, timeout=30).status_code == 401
+    assert httpx.get(url + "/health", timeout=30).status_code == 200  # probes stay open
+    (pid,) = replica_processes(replica["id"])
+    environ = dict(
+        entry.split("=", 1) for entry in (Path("/proc") / str(pid) / "environ").read_text().split("\0") if "=" in entry
+    )
+    secret = environ["TANDEM_FLEET_SECRET"]
+    assert len(secret) >= 32
+    fleet = {"Authorization": f"Bearer {secret}"}
+    assert httpx.post(url + "/v1/completions", json=BODY, headers=fleet, timeout=60).status_code == 200
+    assert secret not in gateway.log() and secret not in replica_log.read_text(errors="replace")
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace") if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        assert secret not in cmdline, f"the fleet secret is on the command line of pid {entry.name}"
+
+
 def maps(pid: int) -> str:
     return (Path("/proc") / str(pid) / "maps").read_text()
 
@@ -83,6 +109,7 @@ def test_a_gateway_process_from_a_config_file_and_the_environment_maps_no_libtor
         replica = wait_for(replica_with_load, 10, "the replica's own load report")
         assert 29100 <= int(replica["address"].rsplit(":", 1)[1]) <= 29199 and replica["load"]["healthy"]
         assert (tmp_path / "replicas" / f"{replica['id']}.log").is_file()
+        check_the_fleet_secret(gateway, replica, tmp_path / "replicas" / f"{replica['id']}.log", auth)
         text = httpx.get(gateway.url + "/metrics", timeout=10).text
         assert metric(text, "tandem:gateway_requests_total", variant="baseline", code="200") == 2
         assert metric(text, "tandem:gateway_requests_total", variant="baseline", code="400") == 1

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from tandem.cli import cli
 from tandem.model import load_model
 from tandem.optimize.bench import _fastest_run, summarize, usd_per_million_tokens
-from tandem.optimize.workload import load_workload
+from tandem.workload import load_workload
 
 
 def test_cost_per_million_tokens():
@@ -63,7 +63,7 @@ def test_bench_command_json_shape(tiny_llama_dir, tiny_draft_dir, tmp_path):
 
 def test_bench_unknown_recipe_is_a_clear_error(tiny_llama_dir):
     result = CliRunner().invoke(cli, ["bench", "--model", str(tiny_llama_dir), "--recipes", "fast", "--no-hf"])
-    assert result.exit_code == 1 and "unknown optimizer 'fast'" in result.output
+    assert result.exit_code == 2 and "unknown optimizer 'fast'" in result.output
 
 
 def test_a_row_that_fails_in_its_worker_is_a_clear_error(tiny_llama_dir, tmp_path):

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from tandem.data.bundled import BUNDLED_MODELS
 from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.model import default_model_dir, load_model
-from tandem.model.hub import BUNDLED_MODELS
 from tandem.optimize import apply_recipe
 from tandem.zoo.evaluate import model_score
 

@@ -50,11 +50,12 @@ def test_int8_runs_in_the_engine_with_speculation(tiny_llama_dir, tiny_draft_dir
 def test_int8_rows_do_not_depend_on_the_rest_of_the_batch(tiny_llama_dir):
     """Continuous batching must not change a request's greedy output, so each row is exact alone."""
     layer = Int8Linear(torch.nn.Linear(64, 32))
-    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(20, 64, generator=torch.Generator().manual_seed(0))
     x[3] *= 100  # a row with a much larger range must not coarsen the others' quantization
     together = layer(x)
-    alone = torch.cat([layer(x[i : i + 1]) for i in range(5)])
-    assert torch.equal(together, alone)  # 5 rows through fbgemm, 1 row through the small-batch kernel
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(20)])
+    assert torch.equal(together, alone)  # 20 rows through fbgemm, 1 row through the packed VNNI kernel
+    assert torch.equal(layer(x[:5]), alone[:5])  # 5 rows through the packed kernel
     optimized = apply_recipe(load_model(tiny_llama_dir), "int8")
     engine = Engine(optimized, EngineConfig(max_model_len=128, kv_cache_tokens=128 * 8))
     prompts = [[0, *range(5, 5 + n)] for n in (3, 30, 11, 60, 7)]

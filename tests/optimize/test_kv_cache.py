@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
+from tandem.data.bundled import heldout_sample_path
 from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.model import default_model_dir, load_model
-from tandem.model.hub import heldout_sample_path
 from tandem.optimize import apply_recipe, names
 
 SAMPLE = heldout_sample_path()

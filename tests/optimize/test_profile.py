@@ -41,4 +41,4 @@ def test_profile_command_writes_json(tiny_llama_dir, tmp_path):
 
 def test_profile_command_bad_recipe_is_a_clear_error(tiny_llama_dir):
     result = CliRunner().invoke(cli, ["profile", "--model", str(tiny_llama_dir), "--recipe", "int9"])
-    assert result.exit_code == 1 and "unknown optimizer 'int9'" in result.output
+    assert result.exit_code == 2 and "unknown optimizer 'int9'" in result.output

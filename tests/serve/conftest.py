@@ -12,19 +12,12 @@ from pathlib import Path
 
 import pytest
 from server_process import ServerProcess
-from tiny_models import save_tiny
 
 from tandem.model import Tokenizer
 
 API_KEY = "test-key-123"
 MODEL_NAME = "tiny"
 CONTEXT = 1024
-
-
-@pytest.fixture(scope="session")
-def serve_model_dir(tmp_path_factory) -> Path:
-    """The tiny random Llama with a longer context, so long streams stay in flight for a while."""
-    return save_tiny("llama", tmp_path_factory.mktemp("serve") / "tiny-serve", max_position_embeddings=CONTEXT)
 
 
 @pytest.fixture(scope="session")

@@ -147,3 +147,48 @@ def test_a_client_leaving_a_non_streaming_request_frees_its_slot(server):
         sock.sendall(head.encode() + b"\r\n\r\n" + body)
         _wait_for(lambda: value(scrape(server.url), "tandem:num_requests_running", **LABELS) == 1)
     _assert_aborted_early(server, before)
+
+
+def test_a_stream_that_fails_mid_way_ends_with_an_error_event_and_done(tiny_llama_dir):
+    """The engine raises after the first token: the client gets that token, an error event, then [DONE]."""
+    import json
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from tandem.edge.settings import Settings
+    from tandem.serve import create_app, load_served_model
+
+    config = Settings(
+        recipe="baseline", model=str(tiny_llama_dir), served_model_name="tiny", max_model_len=48, max_num_seqs=2,
+        threads=1,
+    )  # fmt: skip
+    app = create_app(config, lambda: load_served_model(config, created=0))
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        engine = app.state.tandem.served.async_engine
+        real = engine.generate
+
+        def breaks_after_one(*args, **kwargs):
+            async def outputs():
+                async for out in real(*args, **kwargs):
+                    yield out
+                    raise RuntimeError("the engine broke")
+
+            return outputs()
+
+        engine.generate = breaks_after_one
+        for path, body in [
+            ("/v1/completions", {"prompt": "def", "max_tokens": 8, "ignore_eos": True}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}),
+        ]:
+            r = client.post(path, json={"model": "tiny", "stream": True, **body})
+            assert r.status_code == 200
+            events = [line.removeprefix("data: ") for line in r.text.split("\n\n") if line]
+            assert events[-1] == "[DONE]", r.text
+            error = json.loads(events[-2])["error"]
+            assert error["code"] == "internal_error" and error["type"] == "server_error"
+            assert "choices" in json.loads(events[0])  # what came before the failure reached the client

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from tokenizers import Tokenizer
 
 from tandem.cli import cli
+from tandem.data.bundled import BUNDLED_MODELS
 from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.model import default_model_dir, load_model
-from tandem.model.hub import BUNDLED_MODELS
 from tandem.zoo.corpus import is_heldout
 from tandem.zoo.evaluate import HeldoutScore, model_score, top1_agreement, unigram_counts, unigram_score
 from tandem.zoo.sample import load_sample

@@ -6,11 +6,16 @@ events both send. `type` is spelled one way per class of status: "invalid_reques
 
 Handlers turn FastAPI's validation errors (malformed JSON, wrong types, out-of-range values)
 into 400s naming the field, Starlette's 404/405 into the same shape, and anything unexpected into
-a 500 whose body carries no traceback (the traceback goes to the log).
+a 500 whose body carries no traceback (the traceback goes to the log, once). That last one is a
+middleware, not an exception handler: Starlette re-raises after its handler for `Exception`
+answered, and uvicorn then drops the keep-alive connection without `Connection: close`, so the
+client's next request on it fails too. Bodies are written so that no text can fail to encode
+(a lone surrogate comes out as its JSON escape).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -18,9 +23,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "APIError",
+    "ErrorJSONResponse",
+    "UnhandledErrorMiddleware",
     "error_body",
     "error_response",
     "error_type",
@@ -65,8 +73,48 @@ def error_body(status: int, message: str, *, param: str | None = None, code: str
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
+class ErrorJSONResponse(JSONResponse):
+    """JSON that always encodes: text that is not valid Unicode (a lone surrogate) is written as its escape."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "backslashreplace")
+
+
 def error_response(error: APIError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+    return ErrorJSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def _internal_error() -> APIError:
+    return APIError(500, "internal server error; the server log has the details", code="internal_error")
+
+
+class UnhandledErrorMiddleware:
+    """Anything a handler did not expect: logged once, answered with a 500 body, connection kept.
+
+    If the response had already started (a stream), it cannot become a 500: the exception is
+    logged and the response left unfinished, which makes the server close that one connection.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception:
+            logger.exception("unhandled error serving %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await error_response(_internal_error())(scope, receive, send)
 
 
 def _field_path(loc: tuple[Any, ...]) -> str | None:
@@ -91,6 +139,8 @@ def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None, s
     msg = str(err.get("msg", "invalid value"))
     msg = msg.removeprefix("Value error, ")
     if kind == "missing":
+        if param is None:  # no body at all
+            return "the request body is empty; send a JSON object", None, "missing_body"
         return f"{param}: this field is required", param, "missing_required_parameter"
     if param is None:  # the body itself, not a field, is wrong
         if kind == "value_error":  # a check across fields ("give exactly one of ...")
@@ -123,9 +173,5 @@ def install_error_handlers(app: FastAPI) -> None:
             message, code = str(exc.detail), "invalid_request"
         return error_response(APIError(status, message, code=code, headers=dict(exc.headers or {})))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error serving %s %s", request.method, request.url.path)
-        return error_response(
-            APIError(500, "internal server error; the server log has the details", code="internal_error")
-        )
+    # Innermost of the app's middlewares: it sees what the routes raise, before Starlette's own.
+    app.add_middleware(UnhandledErrorMiddleware)

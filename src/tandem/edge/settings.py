@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -90,6 +90,14 @@ class Settings(BaseModel):
     retry_after_s: int = Field(1, ge=0)  # the Retry-After header sent with 429
     shutdown_timeout: float = Field(30.0, ge=0)  # on SIGTERM, in-flight requests get this long to finish
 
+    # Connections (both apps; see tandem.edge.connections).
+    max_connections: int = Field(4096, ge=1)  # open at once; past it the oldest idle or half-sent ones close
+    header_timeout: float = Field(10.0, gt=0)  # a request's headers must arrive within this, else the connection closes
+    body_timeout: float = Field(30.0, gt=0)  # a request's whole body must arrive within this, else 408
+    keep_alive_timeout: float = Field(5.0, gt=0)  # an idle keep-alive connection closes after this (uvicorn's)
+    max_header_bytes: int = Field(16384, ge=1024)  # request line and headers together (h11's incomplete-event limit)
+    backlog: int = Field(4096, ge=1)  # connections the kernel queues before they are accepted (capped by somaxconn)
+
     # Logging.
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = False  # one line per request; off by default (a load test writes thousands)
@@ -99,6 +107,9 @@ class Settings(BaseModel):
     replica_region: str = "local"
     replica_variant: str | None = None  # default: the recipe served
     parent_pid: int | None = Field(None, ge=1)  # exit when this process (the gateway) is gone
+    # The gateway's per-fleet secret, which this replica then requires on everything but /health and
+    # /ready. Only ever from the environment (TANDEM_FLEET_SECRET): a flag would show in `ps`.
+    fleet_secret: SecretStr | None = None
 
     # Gateway mode (any of GATEWAY_MODE_FIELDS): a router and an autoscaler in front of replicas (local, or on Ray).
     deployment: str | None = None  # the deployment file (YAML) of variants
@@ -110,6 +121,8 @@ class Settings(BaseModel):
     log_dir: str | None = None  # replica logs; default: $TANDEM_CACHE/logs/gateway-<time>-<pid>
     replica_ports: Annotated[tuple[int, int] | None, NoDecode] = None  # "9000-9099"; default: any free port
     queue_timeout: float = Field(60.0, gt=0)  # how long a request waits at the gateway for a replica
+    first_byte_timeout: float = Field(30.0, gt=0)  # a replica's first byte (see tandem.gateway.deadlines)
+    stream_idle_timeout: float = Field(30.0, gt=0)  # the longest pause between a stream's chunks
     backend: Literal["local", "ray"] | None = None  # where replicas run (default: the file's, else local)
     ray_address: str | None = Field(None, min_length=1)  # implies the ray backend; default: as ray.init finds one
 

@@ -22,6 +22,7 @@ class ModelRunner:
         kernels: bool | None = None,
     ) -> None:
         self.module = module
+        module.ensure_positions(max_len)  # the loader built rotary tables for its default context only
         pack_linears(module)  # weights into oneDNN's layout once: decode reads them at full bandwidth
         self.cache = KVCache(module.config, num_slots, max_len, kv_dtype or module.dtype)
         self.sliding_window = module.config.sliding_window

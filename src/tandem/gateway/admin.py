@@ -21,6 +21,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tandem.edge.bodies import ParsedBodyRoute
 from tandem.edge.errors import APIError
 from tandem.gateway.wiring import Gateway, PendingUse
 from tandem.schedule.controller import Snapshot
@@ -170,7 +171,7 @@ async def _prepare_and_use(gw: Gateway, variant: Variant, request: UseRequest) -
 
 
 def build_admin_router(gw: Gateway) -> APIRouter:
-    router = APIRouter(prefix="/admin", tags=["admin"])
+    router = APIRouter(prefix="/admin", tags=["admin"], route_class=ParsedBodyRoute)  # the edge parsed the body
     tasks: set[asyncio.Task] = set()
 
     @router.get("/replicas")

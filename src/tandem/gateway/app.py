@@ -25,8 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tandem.cluster.backend import Backend
 from tandem.edge.auth import ApiKeyMiddleware
+from tandem.edge.bodies import RequestBodyMiddleware
 from tandem.edge.errors import install_error_handlers
-from tandem.edge.limits import BodySizeLimitMiddleware
+from tandem.edge.openapi import Operation, install_openapi
 from tandem.gateway.admin import build_admin_router
 from tandem.gateway.loads import poll_loads
 from tandem.gateway.proxy import proxy, proxy_get
@@ -36,6 +37,14 @@ __all__ = ["control_loop", "create_gateway_app", "stop_replicas"]
 
 logger = logging.getLogger("tandem.gateway")
 
+_POST = (400, 401, 404, 408, 413, 429, 500, 503)
+GATEWAY_OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("/v1/completions", "post"): Operation(stream=True, errors=_POST),
+    ("/v1/chat/completions", "post"): Operation(stream=True, errors=_POST),
+    ("/v1/models", "get"): Operation(errors=(401, 500, 503)),
+    ("/v1/models/{model_id}", "get"): Operation(errors=(401, 404, 500, 503)),
+    ("/metrics", "get"): Operation(ok_media="text/plain", errors=(500,)),
+}
 REPLICA_EXIT_WAIT_S = 15.0  # at shutdown; replicas still running later leave on their own (tandem.edge.lifeline)
 
 
@@ -77,9 +86,14 @@ def create_gateway_app(
     *,
     api_key: str | None = None,
     max_body_bytes: int = 1 << 20,
+    body_timeout_s: float = 30.0,
     on_fatal: Callable[[str], None] | None = None,
 ) -> FastAPI:
-    """The app around `gw`. `on_fatal(message)` is called once if the primary variant can never start."""
+    """The app around `gw`. `on_fatal(message)` is called once if the primary variant can never start.
+
+    The same body checks as a replica's (size, time, JSON) run here first, so a request a replica
+    would refuse never leaves the gateway, and the proxy reads the body parsed once, off the loop.
+    """
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -87,6 +101,8 @@ def create_gateway_app(
             transport=gw.transport,
             timeout=httpx.Timeout(connect=5.0, read=gw.read_timeout_s, write=30.0, pool=None),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            # Every request to a replica carries the fleet's secret (the client's own key stays here).
+            headers={"Authorization": f"Bearer {gw.fleet_secret}"} if gw.fleet_secret else None,
         )
         stop = asyncio.Event()
         task = asyncio.create_task(control_loop(gw, stop, on_fatal or (lambda message: None)))
@@ -144,8 +160,9 @@ def create_gateway_app(
     async def chat(request: Request) -> Response:
         return await proxy(gw, request, "/v1/chat/completions")
 
-    # Starlette runs the last-added middleware first: auth, then the body limit, then the routes.
-    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=max_body_bytes)
+    install_openapi(app, GATEWAY_OPERATIONS)
+    # Starlette runs the last-added middleware first: auth, then the body checks, then the routes.
+    app.add_middleware(RequestBodyMiddleware, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
     if api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key, protected=("/v1", "/admin"))
     return app

@@ -13,10 +13,10 @@ import click
 from tandem.cluster.backend import BackendError
 from tandem.edge.settings import Settings
 from tandem.gateway.deployment import deployment_from_settings
-from tandem.gateway.profiles import ProfileError
 from tandem.gateway.run import run_gateway
-from tandem.gateway.wiring import build_gateway, choose_backend, default_log_dir
+from tandem.gateway.wiring import build_gateway, choose_backend, default_log_dir, new_fleet_secret
 from tandem.schedule.deployment import DeploymentError
+from tandem.schedule.profiles import ProfileError
 
 __all__ = ["serve_gateway"]
 
@@ -28,8 +28,9 @@ def serve_gateway(settings: Settings) -> int:
     except (DeploymentError, ProfileError) as exc:
         raise click.ClickException(str(exc)) from None
     log_dir = Path(settings.log_dir) if settings.log_dir else default_log_dir()
+    secret = new_fleet_secret()  # this fleet's alone; replicas get it in their environment
     try:
-        backend, where = choose_backend(settings, deployment, log_dir)
+        backend, where = choose_backend(settings, deployment, log_dir, fleet_secret=secret)
     except BackendError as exc:
         raise click.ClickException(str(exc)) from None
     gw = build_gateway(
@@ -37,8 +38,8 @@ def serve_gateway(settings: Settings) -> int:
         backend,
         buffer_timeout_s=settings.queue_timeout,
         shutdown_timeout_s=settings.shutdown_timeout,
+        first_byte_timeout_s=settings.first_byte_timeout,
+        stream_idle_timeout_s=settings.stream_idle_timeout,
+        fleet_secret=secret,
     )
-    return run_gateway(
-        gw, settings.host, settings.port, api_key=settings.api_key, log_level=settings.log_level,
-        access_log=settings.access_log, max_body_bytes=settings.max_body_bytes, log_dir=str(log_dir), backend=where,
-    )  # fmt: skip
+    return run_gateway(gw, settings, log_dir=str(log_dir), backend=where)

@@ -15,7 +15,6 @@ from typing import Any
 
 from tandem.contracts import Profile
 from tandem.edge.settings import Settings
-from tandem.gateway.profiles import cached_profile
 from tandem.schedule.deployment import (
     DEFAULT_MAX_REPLICAS,
     Deployment,
@@ -24,6 +23,7 @@ from tandem.schedule.deployment import (
     parse_deployment,
     read_deployment_file,
 )
+from tandem.schedule.profiles import cached_profile
 from tandem.schedule.variant import replica_memory_bytes
 
 __all__ = ["REPLICA_SETTINGS", "deployment_from_settings", "replica_args"]

@@ -4,7 +4,8 @@ Each answer is a `ReplicaLoad` (running, waiting, KV fraction in use, healthy) r
 gateway's InFlight, where the controller's policies and the routers read it, refreshed between
 polls by the gateway's own in-flight counts (tandem.schedule.traffic.estimate). A replica that does
 not answer in time keeps its last report until that goes stale. A report that names another
-replica (a port reused by a process the gateway did not start) is refused.
+replica (a port reused by a process the gateway did not start) is refused. A replica that answers
+is routed to again if a request's deadline had declared it unresponsive (tandem.gateway.liveness).
 """
 
 from __future__ import annotations
@@ -63,12 +64,15 @@ async def _poll_one(client: httpx.AsyncClient, replica: Replica, timeout_s: floa
 
 async def poll_loads(gw: Any) -> int:
     """Poll every ready or draining replica at once; record the answers. Returns how many answered."""
-    replicas = [r for r in gw.backend.list() if r.state in _POLLED]
+    live = gw.backend.list()
+    replicas = [r for r in live if r.state in _POLLED]
     gw.inflight.forget([r.replica_id for r in replicas])
+    gw.liveness.forget([r.replica_id for r in live])
     if not replicas or gw.client is None:
         return 0
     loads = await asyncio.gather(*(_poll_one(gw.client, r, gw.load_timeout_s) for r in replicas))
     for load in loads:
         if load is not None:
             gw.inflight.report(load)
+            gw.liveness.revive(load.replica_id)  # it answers: if a deadline had declared it unresponsive, no more
     return sum(load is not None for load in loads)

@@ -60,6 +60,19 @@ _OPTIONS = [
         "the cluster `ray start` left on this machine, else a new local one]",
     ),
     click.option(
+        "--first-byte-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Gateway: seconds to a stream's first chunk (a non-streaming answer: a replica health check); "
+        "a replica that misses it is skipped and the request re-run.  [default: 30]",
+    ),
+    click.option(
+        "--stream-idle-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Gateway: the longest pause between a stream's chunks.  [default: 30]",
+    ),
+    click.option(
         "--print-deployment-schema",
         is_flag=True,
         expose_value=False,

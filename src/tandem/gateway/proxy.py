@@ -3,7 +3,13 @@
 - Non-streaming responses are buffered whole, so a failure is always retryable.
 - Streams: the replica's status and first chunk are read before the gateway commits its own 200;
   a failure before that is retried, a failure after it ends the stream with an error event and
-  `data: [DONE]`.
+  `data: [DONE]` (tandem.gateway.relay).
+- Deadlines (tandem.gateway.liveness): a stream's first chunk within `first_byte_timeout_s`; a
+  non-streaming answer, or a GET /health from its replica every `first_byte_timeout_s` meanwhile.
+  A replica that misses one is declared unresponsive and the request re-run elsewhere.
+- The body was checked and parsed at the edge (tandem.edge.bodies): what a replica would refuse
+  as malformed never leaves the gateway, and a client's 4xx never counts against a replica.
+- Replicas get the fleet's secret (the client's own Authorization stays here).
 - No replica ready (a burst, a scale from zero): the request waits at the gateway (counted as
   buffered, which the policies read) until one is, for up to `buffer_timeout_s`, then gets 503. A
   client that leaves meanwhile is forgotten at once, and a draining gateway answers 503 at once.
@@ -17,17 +23,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from tandem.cluster.backend import ReplicaState
-from tandem.edge.errors import error_body
-from tandem.edge.streams import SSE_DONE, ClientDisconnected, sse, until_disconnect
+from tandem.edge.bodies import NO_BODY, parsed_body
+from tandem.edge.errors import APIError
+from tandem.edge.errors import error_response as api_error_response
+from tandem.edge.streams import ClientDisconnected, until_disconnect
+from tandem.gateway.liveness import Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
+from tandem.gateway.relay import Relay, RelayResponse, failure_kind
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
 from tandem.schedule.fallback import ErrorEvent, Fail, FailureKind, PassThrough, Retry, classify_status
@@ -39,13 +49,13 @@ logger = logging.getLogger("tandem.gateway")
 
 REGION_HEADER = "x-tandem-region"
 CLIENT_CLOSED = 499  # nginx's status for "the client closed the connection first" (never sent; counted)
-_FORWARDED = ("authorization", "content-type", "accept", "x-request-id")
+_FORWARDED = ("content-type", "accept", "x-request-id")  # not authorization: replicas get the fleet's secret
 _HOP = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 _WAKE_AT_LEAST_EVERY_S = 0.5  # a buffered request re-checks this often even if nothing announced a change
 
 
 def error_response(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, code=code), status_code=status, headers=headers)
+    return api_error_response(APIError(status, message, code=code, headers=headers))
 
 
 def _prompt_text(payload: Any) -> str:
@@ -69,12 +79,6 @@ def _usage(content: bytes) -> tuple[int, int]:
         return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
     except (ValueError, AttributeError, TypeError):
         return 0, 0
-
-
-def _failure_kind(exc: httpx.HTTPError) -> FailureKind:
-    if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)):
-        return FailureKind.TIMEOUT
-    return FailureKind.UNREACHABLE  # connect errors, resets, a process that died, a broken body
 
 
 def _headers(upstream: httpx.Response) -> dict[str, str]:
@@ -117,61 +121,6 @@ async def _acquire(gw: Gateway, route: RouteRequest) -> Target | None:
             del gw.inflight.buffered[variant]
 
 
-class _Relay:
-    """The rest of a stream whose first chunk already came; a failure now ends it with an error event.
-
-    Exactly one of succeeded / failed / abandoned is reported per attempt, and the upstream is
-    closed, however the stream ends: `_RelayResponse` settles it even when the client left before
-    the body was ever iterated (an async generator that never started runs no `finally`).
-    """
-
-    def __init__(
-        self, gw: Gateway, upstream: httpx.Response, first: bytes, chunks: AsyncIterator[bytes],
-        attempts: list[Target], prompt_tokens: int, timing: _Timing,
-    ) -> None:  # fmt: skip
-        self.gw, self.upstream, self.first, self.chunks = gw, upstream, first, chunks
-        self.attempts, self.prompt_tokens, self.timing = attempts, prompt_tokens, timing
-        self.settled = False
-
-    async def body(self) -> AsyncIterator[bytes]:
-        gw, target = self.gw, self.attempts[-1]
-        events = self.first.count(b"data:")
-        yield self.first
-        try:
-            async for chunk in self.chunks:
-                events += chunk.count(b"data:")
-                yield chunk
-        except httpx.HTTPError as exc:
-            self.settled = True
-            decision = gw.dispatcher.failed(self.attempts, _failure_kind(exc), first_byte_sent=True)
-            gw.requests.stream_errors.labels(target.variant).inc()
-            logger.warning("stream from %s broke mid-way: %s", target.replica_id, exc)
-            if isinstance(decision, ErrorEvent):
-                yield sse(error_body(502, decision.message, code=decision.code)) + SSE_DONE
-            return
-        self.settled = True
-        gw.dispatcher.succeeded(target, self.prompt_tokens, max(events - 1, 0))  # minus the [DONE] event
-
-    async def close(self) -> None:
-        if not self.settled:  # the client went away
-            self.settled = True
-            self.gw.dispatcher.abandoned(self.attempts[-1])
-        await self.upstream.aclose()
-        self.timing.finish(self.upstream.status_code)
-
-
-class _RelayResponse(StreamingResponse):
-    def __init__(self, relay: _Relay, status_code: int, headers: dict[str, str]) -> None:
-        super().__init__(relay.body(), status_code=status_code, headers=headers)
-        self.relay = relay
-
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.relay.close()
-
-
 async def proxy(gw: Gateway, request: Request, path: str) -> Response:
     """POST `path` (completions, chat) through a replica; a client that leaves first frees everything."""
     timing = _Timing(gw)
@@ -181,7 +130,7 @@ async def proxy(gw: Gateway, request: Request, path: str) -> Response:
     except ClientDisconnected:
         timing.finish(CLIENT_CLOSED)
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
-    if not isinstance(response, _RelayResponse):
+    if not isinstance(response, RelayResponse):
         timing.finish(response.status_code)
     return response
 
@@ -189,10 +138,9 @@ async def proxy(gw: Gateway, request: Request, path: str) -> Response:
 async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: _Timing) -> Response:
     if gw.draining:
         return error_response(503, "the gateway is shutting down and accepts no new requests", "shutting_down")
-    try:
-        payload = json.loads(body) if body else {}
-    except ValueError:
-        payload = {}  # the replica answers the client's bad JSON with its own 400
+    payload = parsed_body(request.scope)  # checked and parsed at the edge, off the loop when large
+    if payload is NO_BODY:
+        payload = {}  # not JSON (another Content-Type) or empty: the replica answers with its own 400
     stream = isinstance(payload, dict) and bool(payload.get("stream"))
     prompt = _prompt_text(payload)
     prompt_tokens = len(prompt) // 4  # a rough estimate for streams (their usage is not always sent)
@@ -206,30 +154,28 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             503, f"no replica became ready within {gw.buffer_timeout_s:g} s", "no_replica", {"Retry-After": "1"}
         )
     attempts = [target]
-    assert gw.client is not None
     while True:
         target = attempts[-1]
         upstream: httpx.Response | None = None
         content = b""
         try:
-            upstream = await gw.client.send(
-                gw.client.build_request("POST", target.url + path, content=body, headers=headers), stream=True
-            )
-            kind = classify_status(upstream.status_code)
-            if kind is None and stream:
-                chunks = upstream.aiter_bytes()
-                first = b""
-                while not first:  # the first bytes, before committing our own 200
-                    first = await chunks.__anext__()
-                timing.first_byte(target.variant)
-                relay = _Relay(gw, upstream, first, chunks, attempts, prompt_tokens, timing)
-                return _RelayResponse(relay, upstream.status_code, _headers(upstream))
-            content = await upstream.aread()
-            await upstream.aclose()
-        except (httpx.HTTPError, StopAsyncIteration) as exc:
+            if stream:
+                upstream, started = await _start_stream(gw, target, path, body, headers)
+                if isinstance(started, Started):  # the first chunk came: commit our own 200 now
+                    timing.first_byte(target.variant)
+                    relay = Relay(gw, upstream, started.first, started.chunks, attempts, prompt_tokens, timing.finish)
+                    return RelayResponse(relay, upstream.status_code, _headers(upstream))
+                content, kind = started
+            else:
+                upstream = await gw.liveness.answer(
+                    target.replica_id, _post(gw, target.url + path, body, headers), gw.first_byte_timeout_s,
+                    probe=lambda url=target.url: _answers_health(gw, url),
+                )  # fmt: skip
+                content, kind = upstream.content, classify_status(upstream.status_code)
+        except (httpx.HTTPError, StopAsyncIteration, Unresponsive) as exc:
             if upstream is not None:
                 await upstream.aclose()
-            kind = FailureKind.UNREACHABLE if isinstance(exc, StopAsyncIteration) else _failure_kind(exc)
+            kind = FailureKind.UNREACHABLE if isinstance(exc, StopAsyncIteration) else failure_kind(exc)
         except BaseException:  # the client went away (cancelled) while we waited on the replica
             if upstream is not None:
                 await upstream.aclose()
@@ -253,6 +199,53 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
         message = decision.message if isinstance(decision, Fail | ErrorEvent) else "the request failed"
         return error_response(decision.status if isinstance(decision, Fail) else 503, message, "upstream_failed")
+
+
+async def _post(gw: Gateway, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    assert gw.client is not None
+    return await gw.client.post(url, content=body, headers=headers)  # read whole, then closed
+
+
+@dataclass(frozen=True)
+class Started:
+    first: bytes
+    chunks: AsyncIterator[bytes]  # the rest
+
+
+async def _start_stream(
+    gw: Gateway, target: Target, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[httpx.Response, Started | tuple[bytes, FailureKind | None]]:
+    """Send a streaming request; within the first-byte deadline, read its first chunk (a 2xx) or its
+    whole answer (anything else). The upstream stays open for the relay in the first case."""
+    assert gw.client is not None
+    upstream = None
+    try:
+        async with gw.liveness.deadline(target.replica_id, gw.first_byte_timeout_s, "first byte"):
+            request = gw.client.build_request("POST", target.url + path, content=body, headers=headers)
+            upstream = await gw.client.send(request, stream=True)
+            kind = classify_status(upstream.status_code)
+            if kind is None:
+                chunks = upstream.aiter_bytes()
+                first = b""
+                while not first:  # the first bytes, before committing our own 200
+                    first = await chunks.__anext__()
+                return upstream, Started(first, chunks)
+            content = await upstream.aread()
+            await upstream.aclose()
+            return upstream, (content, kind)
+    except BaseException:
+        if upstream is not None:
+            await upstream.aclose()
+        raise
+
+
+async def _answers_health(gw: Gateway, url: str) -> bool:
+    """Whether the replica at `url` answers GET /health within health_timeout_s (a frozen one does not)."""
+    assert gw.client is not None
+    try:
+        return (await gw.client.get(url + "/health", timeout=gw.health_timeout_s)).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:

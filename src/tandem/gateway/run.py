@@ -17,7 +17,8 @@ from types import FrameType
 
 import uvicorn
 
-from tandem.edge.server import ExitZeroServer, configure_logging
+from tandem.edge.server import ExitZeroServer, configure_logging, uvicorn_config
+from tandem.edge.settings import Settings
 from tandem.gateway.app import create_gateway_app, stop_replicas
 from tandem.gateway.wiring import Gateway
 
@@ -79,17 +80,16 @@ class GatewayServer(ExitZeroServer):
 
 
 def run_gateway(
-    gw: Gateway, host: str, port: int, *, api_key: str | None = None, log_level: str = "info",
-    access_log: bool = False, max_body_bytes: int = 1 << 20, log_dir: str | None = None,
-    backend: str = "local processes on this machine",
-) -> int:  # fmt: skip
+    gw: Gateway, settings: Settings, *, log_dir: str | None = None, backend: str = "local processes on this machine"
+) -> int:
     """Serve until SIGTERM/SIGINT (exit 0), or until the primary variant gives up (exit 1)."""
-    configure_logging(log_level)
+    configure_logging(settings.log_level)
     names = ", ".join(f"{p.variant.name} ({p.variant.recipe or 'default recipe'})" for p in gw.deployment.plans)
     logger.info(
         "tandem gateway on http://%s:%d: variants %s; primary %s, fallback %s, policy %s; replicas: %s; replica "
         "logs in %s",
-        host, port, names, gw.deployment.primary, gw.deployment.fallback, gw.deployment.policy_name, backend,
+        settings.host, settings.port, names, gw.deployment.primary, gw.deployment.fallback,
+        gw.deployment.policy_name, backend,
         f"{log_dir}{' on each replica node' if gw.deployment.backend.name == 'ray' else ''}",
     )  # fmt: skip
     server: GatewayServer | None = None
@@ -98,11 +98,12 @@ def run_gateway(
         if server is not None:
             server.fail(message)
 
-    app = create_gateway_app(gw, api_key=api_key, max_body_bytes=max_body_bytes, on_fatal=on_fatal)
-    config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, access_log=access_log, server_header=False,
-        timeout_graceful_shutdown=gw.shutdown_timeout_s,
+    app = create_gateway_app(
+        gw, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout,
+        on_fatal=on_fatal,
     )  # fmt: skip
+    # Each client connection may hold one to a replica as well: two descriptors per connection.
+    config = uvicorn_config(app, settings, shutdown_timeout_s=gw.shutdown_timeout_s, per_connection_fds=2)
     server = GatewayServer(config, gw)
     server.run()
     stop_replicas(gw.backend, wait_s=5.0)  # after a second signal uvicorn skipped the app's shutdown; else a no-op

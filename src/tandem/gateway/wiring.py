@@ -2,6 +2,10 @@
 admin API share), and the backend a gateway process starts replicas with (local processes, or a
 Ray cluster: `choose_backend`).
 
+Each fleet has its own secret (`new_fleet_secret`): the gateway sends it to its replicas on every
+request, and hands it to them in their environment (FLEET_SECRET_ENV, never on a command line that
+`ps` shows, never logged), so a replica's port is useless to anyone but its gateway.
+
 Side effects come in as arguments: the backend (LocalBackend, or a FakeBackend in tests), the
 clock, the transport to replicas (httpx's, or a MockTransport/FaultyTransport in tests), the
 profile source (a `tandem profile` child process, or a fake).
@@ -10,8 +14,10 @@ profile source (a `tandem profile` child process, or a fake).
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,25 +30,34 @@ from tandem.cluster.backend import Backend, BackendError, ReplicaState
 from tandem.cluster.local import LocalBackend, PortRange, find_free_port, popen_spawner
 from tandem.edge.settings import Settings, settings_environment, settings_variables
 from tandem.gateway.deployment import ProfileSource
+from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
-from tandem.gateway.profiles import cache_dir, cached_profile
 from tandem.schedule.breaker import BreakerBoard
 from tandem.schedule.controller import Controller
 from tandem.schedule.deployment import Deployment
 from tandem.schedule.dispatch import Dispatcher
 from tandem.schedule.metrics import SchedulerMetrics
+from tandem.schedule.profiles import cache_dir, cached_profile
 from tandem.schedule.traffic import DemandMeter, InFlight
 from tandem.schedule.variant import Variant
 
 __all__ = [
+    "FLEET_SECRET_ENV",
     "Gateway",
     "PendingUse",
     "build_gateway",
     "choose_backend",
     "default_log_dir",
     "local_backend",
+    "new_fleet_secret",
     "replica_environment",
 ]
+
+FLEET_SECRET_ENV = "TANDEM_FLEET_SECRET"  # Settings.fleet_secret, read by each replica
+
+
+def new_fleet_secret() -> str:
+    return secrets.token_urlsafe(32)
 
 
 @dataclass
@@ -74,6 +89,11 @@ class Gateway:
     read_timeout_s: float = 300.0
     load_timeout_s: float = 1.0  # a replica's GET /load must answer within this
     shutdown_timeout_s: float = 30.0  # in-flight requests get this long after SIGTERM
+    first_byte_timeout_s: float = 30.0  # tandem.gateway.liveness
+    stream_idle_timeout_s: float = 30.0
+    health_timeout_s: float = 2.0  # a replica that missed a non-streaming deadline must answer GET /health within this
+    fleet_secret: str | None = field(default=None, repr=False)  # sent to replicas as their bearer token
+    liveness: Liveness = field(default_factory=Liveness)
     clock: Callable[[], float] = time.monotonic
     profile: ProfileSource = cached_profile
     client: httpx.AsyncClient | None = None
@@ -114,10 +134,16 @@ def build_gateway(
     buffer_timeout_s: float = 60.0,
     read_timeout_s: float = 300.0,
     shutdown_timeout_s: float = 30.0,
+    first_byte_timeout_s: float = 30.0,
+    stream_idle_timeout_s: float = 30.0,
+    fleet_secret: str | None = None,
     profile: ProfileSource = cached_profile,
     registry: CollectorRegistry | None = None,
 ) -> Gateway:
-    """Wire the scheduling layer: backend, loads, demand, metrics, controller, dispatcher."""
+    """Wire the scheduling layer: backend, loads, demand, metrics, controller, dispatcher.
+
+    `fleet_secret`: the secret the backend gave the replicas (local_backend); None: replicas need none.
+    """
     rng = rng or random.Random()
     backend = backend or LocalBackend(spawn=popen_spawner(default_log_dir()))
     registry = registry or CollectorRegistry(auto_describe=True)
@@ -148,10 +174,17 @@ def build_gateway(
         rng,
         clock,
     )
+    # An unresponsive replica is skipped until it answers GET /load again (tandem.gateway.loads).
+    liveness = Liveness(
+        on_declare=lambda replica_id: inflight.mark_unreachable(replica_id, for_s=math.inf),
+        on_revive=inflight.mark_reachable,
+    )
     return Gateway(
         deployment, backend, controller, dispatcher, inflight, demand, metrics, GatewayMetrics(registry), registry,
         variants=dict(deployment.variants), transport=transport, buffer_timeout_s=buffer_timeout_s,
-        read_timeout_s=read_timeout_s, shutdown_timeout_s=shutdown_timeout_s, clock=clock, profile=profile,
+        read_timeout_s=read_timeout_s, shutdown_timeout_s=shutdown_timeout_s,
+        first_byte_timeout_s=first_byte_timeout_s, stream_idle_timeout_s=stream_idle_timeout_s,
+        fleet_secret=fleet_secret, liveness=liveness, clock=clock, profile=profile,
     )  # fmt: skip
 
 
@@ -170,28 +203,36 @@ def replica_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in settings}
 
 
-def local_backend(settings: Settings, log_dir: Path, environ: Mapping[str, str] | None = None) -> LocalBackend:
-    """Replicas as local processes: logs under `log_dir`, ports from --replica-ports (or any free one)."""
+def local_backend(
+    settings: Settings, log_dir: Path, environ: Mapping[str, str] | None = None, fleet_secret: str | None = None
+) -> LocalBackend:
+    """Replicas as local processes: logs under `log_dir`, ports from --replica-ports (or any free one),
+    the fleet's secret in their environment."""
     ports = PortRange(*settings.replica_ports) if settings.replica_ports else find_free_port
+    env = replica_environment(os.environ if environ is None else environ)
+    if fleet_secret is not None:
+        env[FLEET_SECRET_ENV] = fleet_secret
     return LocalBackend(
         spawn=popen_spawner(log_dir),
         ports=ports,
-        base_env=replica_environment(os.environ if environ is None else environ),
+        base_env=env,
         # Longer than a replica's own drain (its --shutdown-timeout), so SIGKILL is the exception.
         kill_after_s=settings.shutdown_timeout + 10.0,
     )
 
 
 def choose_backend(
-    settings: Settings, deployment: Deployment, log_dir: Path, environ: Mapping[str, str] | None = None
+    settings: Settings, deployment: Deployment, log_dir: Path, environ: Mapping[str, str] | None = None,
+    fleet_secret: str | None = None,
 ) -> tuple[Backend, str]:
-    """The deployment's backend, and a line for the banner saying where replicas run.
+    """The deployment's backend, and a line for the banner saying where replicas run; either way the
+    replicas get `fleet_secret` in their environment.
 
     Ray (`tandem[ray]`) is imported only here and only for `backend: ray`. BackendError when Ray
     is missing or its cluster cannot be reached.
     """
     if deployment.backend.name != "ray":
-        return local_backend(settings, log_dir, environ), "local processes on this machine"
+        return local_backend(settings, log_dir, environ, fleet_secret), "local processes on this machine"
     from tandem.cluster.ray import ray_backend
 
     try:
@@ -199,6 +240,7 @@ def choose_backend(
             deployment.backend.address, log_dir=str(log_dir), ports=settings.replica_ports,
             # What a replica's node must not pass on: the gateway's own TANDEM_* settings (as locally).
             unset_env=settings_variables(), kill_after_s=settings.shutdown_timeout + 10.0,
+            extra_env={FLEET_SECRET_ENV: fleet_secret} if fleet_secret is not None else None,
         )  # fmt: skip
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] != "ray":

@@ -2,16 +2,34 @@
 
 from tandem.kernels.attention import varlen_attention
 from tandem.kernels.build import KernelBuildError, cache_dir, kernels_available, kernels_enabled, load_library
+from tandem.kernels.decode import DECODE_MAX_TOKENS, DecodePlan, KernelLinear
 from tandem.kernels.fused import rms_norm, rope_and_cache, silu_mul
-from tandem.kernels.int8_gemv import GEMV_MAX_ROWS, int8_gemv_available, int8_linear_small
+from tandem.kernels.quant_linear import (
+    QUANT_MAX_ROWS,
+    Int4Packed,
+    Int8Packed,
+    int4_linear,
+    int8_linear,
+    pack_int4,
+    pack_int8,
+    quant_kernels_available,
+)
 from tandem.kernels.rowscale import rows_to_unit, scale_rows
 
 __all__ = [
-    "GEMV_MAX_ROWS",
+    "DECODE_MAX_TOKENS",
+    "DecodePlan",
+    "KernelLinear",
+    "QUANT_MAX_ROWS",
+    "Int4Packed",
+    "Int8Packed",
     "KernelBuildError",
     "cache_dir",
-    "int8_gemv_available",
-    "int8_linear_small",
+    "int4_linear",
+    "int8_linear",
+    "pack_int4",
+    "pack_int8",
+    "quant_kernels_available",
     "rms_norm",
     "rope_and_cache",
     "silu_mul",

@@ -2,7 +2,7 @@
 
 Why C through ctypes: torch's varlen attention is CUDA-only and Intel's extension (the CPU one)
 stopped at torch 2.8, so nothing installable reads each sequence's own keys from a KV cache on a
-CPU. Two plain C files with no torch headers (csrc/) compile in about a second with the system
+CPU. Three plain C files with no torch headers (csrc/) compile in about a second with the system
 compiler, at -march=native, so one build fits the machine it serves (the cache key holds the CPU's
 flags). Builds are atomic (a temporary file renamed into place), so processes starting together
 never load a half-written library.
@@ -34,12 +34,15 @@ __all__ = [
     "check_kv_cache",
     "cache_dir",
     "KernelBuildError",
+    "NoCompilerError",
     "SOURCE",
 ]
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_kernels.c"
 # The int8 kernel's quantization must round exactly as fbgemm does: no -ffast-math there.
-EXACT_SOURCE = SOURCE.with_name("int8_gemv.c")
+EXACT_SOURCE = SOURCE.with_name("quant_linear.c")
+# The fused decoder: only calls the other two files' functions (and adds), compiled like the exact one.
+DECODE_SOURCE = SOURCE.with_name("decode.c")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC"]
 # -ffast-math at compile time only, and only for cpu_kernels.c: it lets loops call glibc's
 # vectorised expf (libmvec). Linked with it, gcc adds crtfastmath.o, which turns on flush-to-zero
@@ -57,17 +60,30 @@ _SIGNATURES = {
     "tandem_rope_and_cache": [_P, _I, _I, _P, _P, _P, _P, _P, _P, _INT, _INT, _INT, _INT, _I],
     "tandem_rms_norm": [_P, _P, _P, _P, _I, _I, _F],
     "tandem_silu_mul": [_P, _P, _I, _I],
-    "tandem_int8_gemv_fast": [],
+    "tandem_quant_linear_fast": [],
     "tandem_set_threads": [_INT],
     "tandem_parallel_width": [],
-    "tandem_int8_linear_small": [_P, _I, _I, _I, _P, _P, _P, _F, _F, ctypes.c_int32, _P, _P, _I],
+    "tandem_int8_linear": [_P, _I, _I, _P, _P, _P, _P, _F, ctypes.c_int32, _I, _I, _I, _P],
+    "tandem_int4_linear": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _I, _P],
+    "tandem_decode_layers": [_P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P],
 }
-_INT_RESULTS = ("tandem_varlen_attention", "tandem_int8_gemv_fast", "tandem_int8_linear_small", "tandem_parallel_width")
+_INT_RESULTS = (
+    "tandem_varlen_attention",
+    "tandem_quant_linear_fast",
+    "tandem_int8_linear",
+    "tandem_int4_linear",
+    "tandem_decode_layers",
+    "tandem_parallel_width",
+)
 _RESTYPES = dict.fromkeys(_INT_RESULTS, ctypes.c_int)
 
 
 class KernelBuildError(RuntimeError):
     """The C kernels could not be compiled or loaded; the message holds the compiler's output."""
+
+
+class NoCompilerError(KernelBuildError):
+    """No C compiler on this machine: the torch paths serve (not a failure of the kernels' sources)."""
 
 
 def kernels_enabled() -> bool:
@@ -94,14 +110,14 @@ def _cpu_flags() -> str:
 def _compiler() -> str:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
-        raise KernelBuildError("no C compiler found (set CC, or install gcc)")
+        raise NoCompilerError("no C compiler found (set CC, or install gcc)")
     return compiler
 
 
 def build(target: Path | None = None) -> Path:
     """Compile the kernels (if this source, compiler and CPU have no build yet); return the library."""
     compiler = _compiler()
-    sources = [SOURCE.read_bytes(), EXACT_SOURCE.read_bytes()]
+    sources = [path.read_bytes() for path in (SOURCE, EXACT_SOURCE, DECODE_SOURCE)]
     flags = " ".join(FLAGS + FAST_FLAGS + LINK_FLAGS + LIBS).encode()
     key = hashlib.sha256(b"\0".join([*sources, flags, compiler.encode(), _cpu_flags().encode()]))
     target = target or cache_dir() / f"tandem_cpu_{key.hexdigest()[:16]}.so"
@@ -111,10 +127,11 @@ def build(target: Path | None = None) -> Path:
     # Build beside the target and rename: processes starting together never load a half-written file.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
-    objects = [tmp[:-3] + ".o", tmp[:-3] + "_exact.o"]
+    objects = [tmp[:-3] + ".o", tmp[:-3] + "_exact.o", tmp[:-3] + "_decode.o"]
     commands = [
         [compiler, *FLAGS, *FAST_FLAGS, "-c", "-o", objects[0], str(SOURCE)],
         [compiler, *FLAGS, "-c", "-o", objects[1], str(EXACT_SOURCE)],
+        [compiler, *FLAGS, "-c", "-o", objects[2], str(DECODE_SOURCE)],
         [compiler, *LINK_FLAGS, "-o", tmp, *objects, *LIBS],
     ]
     try:

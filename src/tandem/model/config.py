@@ -1,7 +1,9 @@
 """ModelConfig: the fields of a Hugging Face config.json that tandem's forward pass needs.
 
 Parsed strictly: a missing or ill-typed field is an error naming it, so a bad checkpoint fails at
-load time with a message instead of deep inside a matmul.
+load time with a message instead of deep inside a matmul. Sizes are bounded (`HARD_LIMITS`, far
+above any released model) before anything is computed from them, and checked against the
+checkpoint's own tensor shapes (tandem.model.checkpoint) before anything is allocated.
 """
 
 from __future__ import annotations
@@ -13,8 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from tandem.model.errors import ModelLoadError
+from tandem.model.files import model_file
 
-__all__ = ["ModelConfig", "SUPPORTED_ARCHITECTURES", "load_config"]
+__all__ = ["HARD_LIMITS", "ModelConfig", "SUPPORTED_ARCHITECTURES", "load_config"]
+
+# The largest value each size may take (released models stay far below: vocabularies ~256k, hidden
+# sizes ~16k, ~126 layers, ~10M positions). A config over one is refused before any arithmetic.
+HARD_LIMITS: dict[str, int] = {
+    "vocab_size": 1 << 21,
+    "hidden_size": 1 << 16,
+    "intermediate_size": 1 << 19,
+    "num_hidden_layers": 1024,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "head_dim": 1024,
+    "max_position_embeddings": 1 << 24,
+    "sliding_window": 1 << 24,
+}
 
 # Architecture name -> whether q/k/v projections carry a bias by default (Qwen2 does).
 SUPPORTED_ARCHITECTURES: dict[str, bool] = {
@@ -70,9 +87,23 @@ def _require(raw: dict[str, Any], name: str, kind: type, where: str) -> Any:
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise ModelLoadError(f"{where}: field '{name}' must be {kind.__name__}, got {value!r}")
+    if kind is float and not math.isfinite(value):
+        raise ModelLoadError(f"{where}: field '{name}' must be a finite number, got {value!r}")
     if kind in (int, float) and value <= 0:
         raise ModelLoadError(f"{where}: field '{name}' must be positive, got {value!r}")
+    limit = HARD_LIMITS.get(name)
+    if limit is not None and value > limit:
+        raise ModelLoadError(f"{where}: field '{name}' = {value} is over the limit of {limit}")
     return value
+
+
+def _factor(scaling: dict[str, Any], key: str, where: str, kind: str) -> float:
+    value = scaling.get(key)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ModelLoadError(f"{where}: field 'rope_scaling.{key}' is required for {kind} rope")
+    if not (math.isfinite(value) and 0 < value <= HARD_LIMITS["max_position_embeddings"]):
+        raise ModelLoadError(f"{where}: field 'rope_scaling.{key}' must be a positive finite number, got {value!r}")
+    return float(value)
 
 
 def _optional(raw: dict[str, Any], name: str, kind: type, default: Any, where: str) -> Any:
@@ -93,15 +124,13 @@ def _rope_scaling(raw: dict[str, Any], where: str) -> dict[str, Any] | None:
     if kind in (None, "default"):
         return None
     if kind == "llama3":
-        for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
-            if not isinstance(scaling.get(key), int | float):
-                raise ModelLoadError(f"{where}: field 'rope_scaling.{key}' is required for llama3 rope")
         keep = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-        return {"rope_type": "llama3", **{k: float(scaling[k]) for k in keep}}
+        out = {k: _factor(scaling, k, where, "llama3") for k in keep}
+        if out["high_freq_factor"] <= out["low_freq_factor"]:  # the ramp between them divides by their difference
+            raise ModelLoadError(f"{where}: field 'rope_scaling.high_freq_factor' must be above low_freq_factor")
+        return {"rope_type": "llama3", **out}
     if kind == "linear":
-        if not isinstance(scaling.get("factor"), int | float):
-            raise ModelLoadError(f"{where}: field 'rope_scaling.factor' is required for linear rope")
-        return {"rope_type": "linear", "factor": float(scaling["factor"])}
+        return {"rope_type": "linear", "factor": _factor(scaling, "factor", where, "linear")}
     raise ModelLoadError(
         f"{where}: field 'rope_scaling.rope_type' = {kind!r} is not supported (supported: default, linear, llama3)"
     )
@@ -129,6 +158,8 @@ def config_from_dict(raw: dict[str, Any], where: str = "config.json") -> ModelCo
         if hidden % heads:
             raise ModelLoadError(f"{where}: hidden_size ({hidden}) is not divisible by num_attention_heads")
         head_dim = hidden // heads
+        if head_dim > HARD_LIMITS["head_dim"]:
+            raise ModelLoadError(f"{where}: hidden_size / num_attention_heads = {head_dim} is over the head_dim limit")
     if head_dim % 2:
         raise ModelLoadError(f"{where}: field 'head_dim' must be even for rotary embeddings, got {head_dim}")
     act = raw.get("hidden_act", "silu")
@@ -137,14 +168,17 @@ def config_from_dict(raw: dict[str, Any], where: str = "config.json") -> ModelCo
     sliding = raw.get("sliding_window")
     if arch == "Qwen2ForCausalLM" and not raw.get("use_sliding_window", False):
         sliding = None
-    if sliding is not None and (not isinstance(sliding, int) or sliding <= 0):
-        raise ModelLoadError(f"{where}: field 'sliding_window' must be a positive integer, got {sliding!r}")
+    if sliding is not None:
+        sliding = _require(raw, "sliding_window", int, where)
+    vocab = _require(raw, "vocab_size", int, where)
     eos = raw.get("eos_token_id")
     eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in eos_ids):
+        raise ModelLoadError(f"{where}: field 'eos_token_id' must be token ids below vocab_size, got {eos!r}")
     attention_bias = bool(raw.get("attention_bias", False))
     config = ModelConfig(
         architecture=arch,
-        vocab_size=_require(raw, "vocab_size", int, where),
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=_require(raw, "intermediate_size", int, where),
         num_hidden_layers=_require(raw, "num_hidden_layers", int, where),
@@ -172,7 +206,7 @@ def config_from_dict(raw: dict[str, Any], where: str = "config.json") -> ModelCo
 
 
 def load_config(model_dir: Path) -> ModelConfig:
-    path = Path(model_dir) / "config.json"
+    path = model_file(Path(model_dir), "config.json")
     if not path.is_file():
         raise ModelLoadError(f"{path}: missing (a model directory needs config.json)")
     try:

@@ -94,6 +94,11 @@ class ForwardBatch:
     lengths: list[int]  # each input row's number of new tokens, in input order
     kernels: bool = False  # the C kernels serve this forward: varlen attention and fused float32 layer ops
 
+    @property
+    def decode_only(self) -> bool:
+        """Every row reads its own keys in one varlen group (no prompt chunk): the fused decoder's case."""
+        return len(self.groups) == 1 and isinstance(self.groups[0], VarlenGroup)
+
     @staticmethod
     def build(
         tokens: list[list[int]],

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tandem.data.bundled import bundled_model_dir
 from tandem.model.errors import ModelLoadError
 
 __all__ = [
@@ -26,10 +27,6 @@ __all__ = [
     "resolve_model",
     "parse_hub_id",
     "HUB_FILE_PATTERNS",
-    "BUNDLED_MODELS",
-    "bundled_model_dir",
-    "bundled_draft_dir",
-    "heldout_sample_path",
 ]
 
 # What a replica needs from a repository; weights as safetensors only.
@@ -54,25 +51,6 @@ class ResolvedModel:
     name: str  # what clients call it: the hub id, or the directory's name
     source: str  # "local" | "hub" | "bundled"
     revision: str | None = None
-
-
-# The bundled models ship inside the package (package data), so an installed tandem has them.
-BUNDLED_MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
-
-
-def bundled_model_dir() -> Path:
-    """The bundled default target model."""
-    return BUNDLED_MODELS / "tandem-code-target"
-
-
-def bundled_draft_dir() -> Path:
-    """The bundled draft model (the speculative recipe's default draft)."""
-    return BUNDLED_MODELS / "tandem-code-draft"
-
-
-def heldout_sample_path() -> Path:
-    """Held-out code the bundled models never trained on (prompt text for benchmarks and evaluation)."""
-    return BUNDLED_MODELS / "tandem-code-heldout-sample.json"
 
 
 def parse_hub_id(spec: str) -> tuple[str, str | None] | None:

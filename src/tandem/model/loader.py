@@ -1,4 +1,10 @@
-"""load_model: a Hugging Face model directory -> a ready-to-run Model (weights, tokenizer, defaults)."""
+"""load_model: a Hugging Face model directory -> a ready-to-run Model (weights, tokenizer, defaults).
+
+Everything is checked before anything large is allocated: the config against hard limits, every
+file against the model directory (no symlink out of it), and the checkpoint's tensor headers
+against the config (tandem.model.checkpoint). Position tables are built for the context served
+(`max_model_len`), not for the model's largest.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,18 @@ from typing import Any
 
 import torch
 
+from tandem.model.checkpoint import check_checkpoint
 from tandem.model.config import ModelConfig, load_config
 from tandem.model.errors import ModelLoadError
+from tandem.model.files import model_file
 from tandem.model.hub import bundled_model_dir, resolve_model
 from tandem.model.tokenizer import Tokenizer
 from tandem.model.transformer import Transformer
 from tandem.model.weights import checkpoint_files, load_weights
 
-__all__ = ["Model", "load_model", "DTYPES", "default_model_dir"]
+__all__ = ["Model", "load_model", "DTYPES", "DEFAULT_CONTEXT", "default_model_dir"]
+
+DEFAULT_CONTEXT = 2048  # positions prepared when the caller does not say (the engine's default context cap)
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
@@ -51,7 +61,7 @@ def default_model_dir() -> Path:
 
 
 def _generation_config(model_dir: Path) -> dict[str, Any]:
-    path = model_dir / "generation_config.json"
+    path = model_file(model_dir, "generation_config.json")
     if not path.is_file():
         return {}
     try:
@@ -63,8 +73,14 @@ def _generation_config(model_dir: Path) -> dict[str, Any]:
     return raw
 
 
-def load_model(path: str | Path | None = None, dtype: str | torch.dtype = "float32") -> Model:
-    """Load a model directory, a Hugging Face id (`org/name[@revision]`), or (None) the bundled model."""
+def load_model(
+    path: str | Path | None = None, dtype: str | torch.dtype = "float32", max_model_len: int | None = None
+) -> Model:
+    """Load a model directory, a Hugging Face id (`org/name[@revision]`), or (None) the bundled model.
+
+    `max_model_len`: the context it will serve (default: the model's, at most DEFAULT_CONTEXT);
+    rotary tables are built for that many positions (an engine given a longer context extends them).
+    """
     resolved = resolve_model(path)
     model_dir = resolved.path
     if isinstance(dtype, str):
@@ -73,8 +89,10 @@ def load_model(path: str | Path | None = None, dtype: str | torch.dtype = "float
         dtype = DTYPES[dtype]
     config = load_config(model_dir)
     files = checkpoint_files(model_dir)
+    check_checkpoint(config, files, str(model_file(model_dir, "config.json")))
     tokenizer = Tokenizer(model_dir)
-    module = Transformer.empty(config, dtype)
+    positions = min(config.max_position_embeddings, max_model_len or DEFAULT_CONTEXT)
+    module = Transformer.empty(config, dtype, max_positions=positions)
     load_weights(module, files)
     module.eval().requires_grad_(False)
     gen = _generation_config(model_dir)

@@ -1,7 +1,7 @@
 """Tokenizer: tokenizer.json through the `tokenizers` library, chat templates through jinja2.
 
 Templates render in a sandboxed jinja2 environment, as transformers does, because a model
-directory is untrusted input.
+directory is untrusted input, and under limits of time, output and size (tandem.model.chat_template).
 """
 
 from __future__ import annotations
@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as HFTokenizer
 
+from tandem.model.chat_template import ChatTemplateError, LimitedEnvironment, TemplateLimits, render_limited
 from tandem.model.errors import ModelLoadError
+from tandem.model.files import model_file
 
 __all__ = ["Tokenizer", "ChatTemplateError", "IncrementalDetokenizer"]
 
-
-class ChatTemplateError(ValueError):
-    """The chat template refused the messages (e.g. raise_exception) or is missing."""
+GIL_FREE_ABOVE_CHARS = 4096  # longer texts are encoded with the GIL released
 
 
 def _token_text(value: Any) -> str | None:
@@ -30,16 +29,17 @@ def _token_text(value: Any) -> str | None:
 
 
 class Tokenizer:
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, template_limits: TemplateLimits | None = None) -> None:
         model_dir = Path(model_dir)
-        path = model_dir / "tokenizer.json"
+        self.template_limits = template_limits or TemplateLimits()
+        path = model_file(model_dir, "tokenizer.json")
         if not path.is_file():
             raise ModelLoadError(f"{path}: missing (tandem needs a fast tokenizer's tokenizer.json)")
         try:
             self._tok = HFTokenizer.from_file(str(path))
         except Exception as exc:  # the Rust library raises a bare Exception on bad files
             raise ModelLoadError(f"{path}: not a valid tokenizer file ({exc})") from None
-        config_path = model_dir / "tokenizer_config.json"
+        config_path = model_file(model_dir, "tokenizer_config.json")
         config: dict[str, Any] = {}
         if config_path.is_file():
             try:
@@ -52,19 +52,24 @@ class Tokenizer:
         self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
         self.eos_token_id = self._tok.token_to_id(self.eos_token) if self.eos_token else None
         template = config.get("chat_template")
-        template_file = model_dir / "chat_template.jinja"  # transformers 5 saves it beside the config
+        template_file = model_file(model_dir, "chat_template.jinja")  # transformers 5 saves it beside the config
         if template is None and template_file.is_file():
             template = template_file.read_text()
         if isinstance(template, list):  # named templates: take "default"
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
         self.chat_template: str | None = template
         self._compiled = None
+        self._compiled_source: str | None = None
 
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if len(text) > GIL_FREE_ABOVE_CHARS:
+            # The library's encode() holds the GIL throughout (seconds for a long prompt: every other
+            # thread, a server's event loop included, would stall); encode_batch() releases it.
+            return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
@@ -76,23 +81,32 @@ class Tokenizer:
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         if not self.chat_template:
             raise ChatTemplateError("this model's tokenizer_config.json has no chat_template")
-        if self._compiled is None:
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        limits = self.template_limits
+        if self._compiled is None or self._compiled_source != self.chat_template:
+            self._compiled_source = self.chat_template
+            env = LimitedEnvironment(limits.max_chars, trim_blocks=True, lstrip_blocks=True)
 
             def raise_exception(message: str) -> None:
                 raise ChatTemplateError(message)
 
             env.globals["raise_exception"] = raise_exception
-            self._compiled = env.from_string(self.chat_template)
+            try:
+                self._compiled = env.from_string(self.chat_template)
+            except TemplateError as exc:
+                raise ChatTemplateError(f"the model's chat template does not compile: {exc}") from None
+        context = {
+            "messages": messages,
+            "add_generation_prompt": add_generation_prompt,
+            "bos_token": self.bos_token or "",
+            "eos_token": self.eos_token or "",
+        }
         try:
-            return self._compiled.render(
-                messages=messages,
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token or "",
-                eos_token=self.eos_token or "",
-            )
-        except TemplateError as exc:
-            raise ChatTemplateError(f"chat template failed: {exc}") from None
+            return render_limited(self._compiled, context, limits)
+        except ChatTemplateError:
+            raise
+        except (TemplateError, ArithmeticError, LookupError, TypeError, ValueError, MemoryError, RecursionError) as exc:
+            # Whatever the template does with these messages: the request's problem, never a 500.
+            raise ChatTemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
 
 
 class IncrementalDetokenizer:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tandem.kernels import rms_norm, rope_and_cache, silu_mul, varlen_attention
+from tandem.kernels import DECODE_MAX_TOKENS, DecodePlan, rms_norm, rope_and_cache, silu_mul, varlen_attention
 from tandem.model.config import ModelConfig
 from tandem.model.forward_batch import CachedGroup, ForwardBatch, FreshGroup, VarlenGroup
 from tandem.model.rope import apply_rope, rope_tables
@@ -212,6 +212,7 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(config, max_positions or config.max_position_embeddings)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        self._decode_plan: tuple[KVCache, DecodePlan | None] | None = None
 
     @classmethod
     def empty(cls, config: ModelConfig, dtype: torch.dtype, max_positions: int | None = None) -> Transformer:
@@ -229,6 +230,11 @@ class Transformer(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
 
+    def ensure_positions(self, count: int) -> None:
+        """Rotary tables for at least `count` positions (loaded for the served context only; grown here)."""
+        if self.rope_cos.shape[0] < count:
+            self.rope_cos, self.rope_sin = rope_tables(self.config, count)
+
     def forward(
         self,
         tokens: torch.Tensor,
@@ -243,6 +249,12 @@ class Transformer(nn.Module):
             if cache is None:
                 raise ValueError("a ForwardBatch reads and writes a KV cache; pass one")
             tokens, positions = batch.tokens, batch.positions
+            plan = self._fused_decoder(cache, batch)
+            if plan is not None:
+                # Every layer in one C call: decode steps are too small to pay per-op dispatch.
+                x = self.embed_tokens(tokens)
+                plan.run(x, self.rope_cos[positions], self.rope_sin[positions], batch)
+                return self.norm.fused(x)
         x = self.embed_tokens(tokens)
         cos = self.rope_cos[positions].to(x.dtype).unsqueeze(-2)
         sin = self.rope_sin[positions].to(x.dtype).unsqueeze(-2)
@@ -251,6 +263,17 @@ class Transformer(nn.Module):
         if batch is not None and batch.kernels and x.dtype == torch.float32:
             return self.norm.fused(x)
         return self.norm(x)
+
+    def _fused_decoder(self, cache: KVCache, batch: ForwardBatch) -> DecodePlan | None:
+        """The fused decoder for this cache when it serves this step (kernels on, decode rows only,
+        at most DECODE_MAX_TOKENS tokens, every layer's Linears packed for the kernels)."""
+        if not (batch.kernels and batch.decode_only and len(batch.tokens) <= DECODE_MAX_TOKENS):
+            return None
+        if self.dtype != torch.float32:
+            return None
+        if self._decode_plan is None or self._decode_plan[0] is not cache:
+            self._decode_plan = (cache, DecodePlan.build(list(self.layers), self.config, cache.k, cache.v))
+        return self._decode_plan[1]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()

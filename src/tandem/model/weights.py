@@ -15,6 +15,7 @@ from safetensors import SafetensorError, safe_open
 
 from tandem.model.config import ModelConfig
 from tandem.model.errors import ModelLoadError
+from tandem.model.files import model_file
 from tandem.model.transformer import Transformer
 
 __all__ = ["checkpoint_files", "load_weights"]
@@ -25,20 +26,23 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 def checkpoint_files(model_dir: Path) -> list[Path]:
     """The safetensors files of a checkpoint, from model.safetensors or its sharded index."""
     model_dir = Path(model_dir)
-    single = model_dir / "model.safetensors"
-    index = model_dir / "model.safetensors.index.json"
+    single = model_file(model_dir, "model.safetensors")
+    index = model_file(model_dir, "model.safetensors.index.json")
     if single.is_file():
         return [single]
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            shards = sorted(set(weight_map.values()))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise ModelLoadError(f"{index}: not a valid safetensors index ({exc!r})") from None
-        shards = sorted(set(weight_map.values()))
-        missing = [s for s in shards if not (model_dir / s).is_file()]
+        if not all(isinstance(s, str) and s for s in shards):
+            raise ModelLoadError(f"{index}: shard names must be file names")
+        paths = [model_file(model_dir, s) for s in shards]  # a shard named '../x' is refused here
+        missing = [s for s, p in zip(shards, paths, strict=True) if not p.is_file()]
         if missing:
             raise ModelLoadError(f"{index}: shard file(s) missing: {', '.join(missing)}")
-        return [model_dir / s for s in shards]
+        return paths
     pickles = sorted(p.name for p in model_dir.iterdir() if p.suffix in PICKLE_SUFFIXES) if model_dir.is_dir() else []
     if pickles:
         raise ModelLoadError(

@@ -6,6 +6,7 @@ Engine runs.
 """
 
 from tandem.optimize import registry
+from tandem.optimize.int4 import Int4
 from tandem.optimize.int8 import Int8
 from tandem.optimize.kv_cache import KvBFloat16
 from tandem.optimize.ngram import Ngram
@@ -39,6 +40,7 @@ __all__ = [
 register("baseline", Baseline())
 register("bf16", BFloat16())
 register("int8", Int8())
+register("int4", Int4())
 register("kv-bf16", KvBFloat16())
 register("speculative", Speculative())
 register("ngram", Ngram())

@@ -22,16 +22,10 @@ import numpy as np
 
 from tandem.model.loader import load_model
 from tandem.optimize.bench_workers import RowSpec, Timings, run_rounds
-from tandem.optimize.workload import load_workload
+from tandem.pricing import DEFAULT_PRICE, usd_per_million_tokens
+from tandem.workload import load_workload
 
 __all__ = ["BenchRow", "run_bench", "rows_as_json", "summarize", "usd_per_million_tokens", "DEFAULT_PRICE"]
-
-# The price is an input; this default is pinned with its source so results can be re-priced.
-DEFAULT_PRICE = (0.1026, "AWS EC2 c7a.large on-demand (2 vCPU AMD EPYC, AVX-512), us-east-1 list price")
-
-
-def usd_per_million_tokens(usd_per_hour: float, tokens_per_s: float) -> float:
-    return 1e6 * usd_per_hour / (3600 * tokens_per_s) if tokens_per_s > 0 else float("inf")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from tandem.optimize.workload import BenchRequest
+from tandem.workload import BenchRequest
 
 __all__ = ["run_hf_sequential", "run_hf_static_batch", "load_hf"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tandem.engine import Engine
-    from tandem.optimize.workload import BenchRequest
+    from tandem.workload import BenchRequest
 
 __all__ = ["RowSpec", "BenchWorkerError", "Timings", "run_engine", "run_rounds"]
 
@@ -66,7 +66,7 @@ def _row_runner(spec: RowSpec):
     from tandem.engine import Engine, EngineConfig
     from tandem.model.loader import load_model
     from tandem.optimize.registry import apply_recipe
-    from tandem.optimize.workload import BenchRequest, load_workload
+    from tandem.workload import BenchRequest, load_workload
 
     probe = load_model(spec.model_dir)
     max_len = min(probe.config.max_position_embeddings, 2048)

@@ -13,17 +13,17 @@ The LM head is quantized too: with a 32k vocabulary it is a fifth of a 134M mode
 the bundled model it moved held-out perplexity by 0.1% with 97.5% greedy top-1 agreement
 (tests/optimize/test_bundled_recipes.py). `int8(lm_head=false)` keeps it fp32.
 
-Two paths, one result: more than 4 rows go through fbgemm's packed weights; 1-4 rows (batch-1
-decode, a batch's tail) through tandem's VNNI kernel (tandem.kernels.int8_gemv), which gives bit
-for bit fbgemm's output and streams the weights once without fbgemm's per-call packing. It keeps a
-plain copy of the int8 weights, so quantized layers hold 2 bytes per parameter instead of 1 (as
-much as bf16, half of fp32); `int8(small_batch_kernel=false)` drops the copy and the kernel, for
-placements bound by memory rather than latency.
+Two paths, one result: prompts (more than QUANT_MAX_ROWS rows) go through fbgemm's packed
+weights; decode batches (1-16 rows) through tandem's VNNI kernel (tandem.kernels.quant_linear),
+which gives bit for bit fbgemm's output and streams each weight once for all rows, without
+fbgemm's per-call packing. It keeps its own packed copy of the int8 weights, so quantized layers
+hold 2 bytes per parameter instead of 1 (as much as bf16, half of fp32);
+`int8(small_batch_kernel=false)` drops the copy and the kernel, for placements bound by memory
+rather than latency.
 """
 
 from __future__ import annotations
 
-import copy
 import warnings
 from dataclasses import dataclass, replace
 
@@ -32,17 +32,18 @@ from torch import nn
 
 from tandem.contracts import OptimizedModel
 from tandem.kernels import (
-    GEMV_MAX_ROWS,
-    int8_gemv_available,
-    int8_linear_small,
+    QUANT_MAX_ROWS,
+    int8_linear,
     kernels_available,
+    pack_int8,
+    quant_kernels_available,
     rows_to_unit,
     scale_rows,
 )
-from tandem.model.loader import Model
-from tandem.optimize.precision import ensure_unpacked, with_dtype
+from tandem.kernels.quant_linear import Int8Packed
+from tandem.optimize.precision import quantized_copy
 
-__all__ = ["ActivationScratch", "Int8Linear", "Int8", "quantize_linears"]
+__all__ = ["ActivationScratch", "Int8Linear", "Int8"]
 
 
 class ActivationScratch:
@@ -86,14 +87,13 @@ class Int8Linear(nn.Module):
         self.weight_bytes = self.out_features * self.in_features + self.out_features * 8
         if self.bias is not None:
             self.weight_bytes += self.bias.numel() * 4
-        # 1-4 rows (decode's tail, batch 1): a VNNI kernel that gives exactly fbgemm's numbers, on a
-        # plain copy of the int8 weights (fbgemm's packed copy serves more rows).
-        self.gemv = small_batch_kernel and self.fused and int8_gemv_available()
+        # Decode batches (1-16 rows): a VNNI kernel that gives exactly fbgemm's numbers, on its own
+        # packed copy of the int8 weights (fbgemm's packed copy serves prompts).
+        self.gemv = small_batch_kernel and self.fused and quant_kernels_available()
+        self.packed: Int8Packed | None = None
         if self.gemv:
-            self._weight_int8 = qweight.int_repr().contiguous()
-            self._col_sums = self._weight_int8.sum(dim=1, dtype=torch.int32)
-            self._weight_scales = qweight.q_per_channel_scales().float().contiguous()
-            self.weight_bytes += self._weight_int8.numel() + self.out_features * 8
+            self.packed = pack_int8(qweight.int_repr(), qweight.q_per_channel_scales().float())
+            self.weight_bytes += self.packed.nbytes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # fbgemm quantizes activations with one range per call, so a row's result would depend on
@@ -104,8 +104,8 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if flat.dtype != torch.float32:
             flat = flat.float()
-        if self.gemv and 0 < flat.shape[0] <= GEMV_MAX_ROWS and flat.stride(1) == 1:
-            out = int8_linear_small(flat, self._weight_int8, self._col_sums, self._weight_scales, self.bias)
+        if self.gemv and 0 < flat.shape[0] <= QUANT_MAX_ROWS and flat.stride(1) == 1:
+            out = int8_linear(flat, self.packed, self.bias)
         elif self.fused:
             rows = self.scratch.rows(flat.shape[0], self.in_features)
             scale = rows_to_unit(flat, rows[1:])
@@ -122,20 +122,12 @@ class Int8Linear(nn.Module):
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 
+    def kernel_linear(self) -> tuple[Int8Packed, torch.Tensor | None] | None:
+        """The packed weights the fused decoder computes with (tandem.kernels.KernelLinear)."""
+        return (self.packed, self.bias) if self.gemv else None
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
-
-
-def quantize_linears(module: nn.Module, include_lm_head: bool, small_batch_kernel: bool = True) -> int:
-    """Replace nn.Linear layers (the LM head only if asked) by Int8Linear, in place."""
-    count, scratch = 0, ActivationScratch()
-    for parent_name, parent in list(module.named_modules()):
-        for name, child in list(parent.named_children()):
-            full = f"{parent_name}.{name}" if parent_name else name
-            if type(child) is nn.Linear and (include_lm_head or full != "lm_head"):
-                setattr(parent, name, Int8Linear(child, scratch, small_batch_kernel))
-                count += 1
-    return count
 
 
 @dataclass(frozen=True)
@@ -157,11 +149,5 @@ class Int8:
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise RuntimeError("int8: this torch build has no fbgemm quantized kernels")
-        source: Model = with_dtype(model.model, torch.float32)  # quantize from fp32 weights
-        ensure_unpacked(source)
-        module = copy.deepcopy(source.module)
-        if module.config.tie_word_embeddings and self.lm_head:
-            module.lm_head = copy.deepcopy(module.lm_head)  # untie: the embedding stays fp32
-        quantize_linears(module, self.lm_head, self.small_batch_kernel)
-        module.rope_cos, module.rope_sin = source.module.rope_cos, source.module.rope_sin
-        return model.with_changes(model=replace(source, module=module))
+        scratch = ActivationScratch()  # one per model: its layers run one after another
+        return quantized_copy(model, self.lm_head, lambda linear: Int8Linear(linear, scratch, self.small_batch_kernel))

@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 
 from tandem.contracts import OptimizedModel
+from tandem.data.bundled import bundled_draft_dir
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.sampler import filtered_probs
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal
-from tandem.model.hub import bundled_draft_dir
 from tandem.model.loader import Model, load_model
 
 __all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir"]

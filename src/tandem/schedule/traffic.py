@@ -92,8 +92,12 @@ class InFlight:
         if self.running[replica_id] <= 0:
             del self.running[replica_id]
 
-    def mark_unreachable(self, replica_id: str) -> None:
-        self.unreachable[replica_id] = self.clock() + self.unreachable_s
+    def mark_unreachable(self, replica_id: str, for_s: float | None = None) -> None:
+        """Skip `replica_id` for `for_s` seconds (default unreachable_s; math.inf: until mark_reachable)."""
+        self.unreachable[replica_id] = self.clock() + (self.unreachable_s if for_s is None else for_s)
+
+    def mark_reachable(self, replica_id: str) -> None:
+        self.unreachable.pop(replica_id, None)
 
     def reachable(self, replica_id: str) -> bool:
         until = self.unreachable.get(replica_id)

@@ -20,16 +20,20 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tandem.edge.auth import ApiKeyMiddleware
+from tandem.edge.bodies import RequestBodyMiddleware
 from tandem.edge.errors import install_error_handlers
-from tandem.edge.limits import BodySizeLimitMiddleware
+from tandem.edge.openapi import install_openapi
 from tandem.edge.settings import Settings
+from tandem.serve.api_docs import SERVER_OPERATIONS
 from tandem.serve.openai_api import build_router
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
 
-__all__ = ["create_app", "describe_load_error"]
+__all__ = ["FLEET_PROTECTED", "create_app", "describe_load_error"]
 
 logger = logging.getLogger("tandem.serve")
+
+FLEET_PROTECTED = ("/v1", "/load", "/metrics", "/docs", "/redoc", "/openapi.json")
 
 
 def describe_load_error(exc: BaseException) -> str:
@@ -124,8 +128,13 @@ def create_app(
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    # Starlette runs the last-added middleware first: auth, then the body limit, then the routes.
-    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=config.max_body_bytes)
-    if config.api_key:
+    install_openapi(app, SERVER_OPERATIONS)
+    # Starlette runs the last-added middleware first: auth, then the body checks, then the routes.
+    app.add_middleware(RequestBodyMiddleware, max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout)
+    if config.fleet_secret is not None:
+        # A replica of a gateway's fleet answers only that gateway (the user's key stays there):
+        # everything but the liveness and readiness probes needs the fleet's secret.
+        app.add_middleware(ApiKeyMiddleware, api_key=config.fleet_secret.get_secret_value(), protected=FLEET_PROTECTED)
+    elif config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
     return app

@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from tandem.edge.options import connection_options
 from tandem.edge.settings import ConfigError, Settings, load_settings
 from tandem.gateway.options import gateway_options
 
@@ -96,6 +97,7 @@ def preflight(config: Settings) -> None:
 @click.option("--replica-region", default=None, hidden=True)
 @click.option("--replica-variant", default=None, hidden=True)
 @click.option("--parent-pid", type=click.IntRange(min=1), default=None, hidden=True)
+@connection_options
 @gateway_options
 def serve(config_file: str | None, **flags) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics).

@@ -15,6 +15,7 @@ from contextlib import aclosing
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from tandem.edge.bodies import ParsedBodyRoute
 from tandem.edge.errors import APIError, error_body
 from tandem.engine.async_engine import EngineStoppedError
 from tandem.serve import responses as R
@@ -138,7 +139,7 @@ async def _collect(gen: Generation, lease: Lease, request: Request) -> list[Choi
 
 
 def build_router(state: ServerState) -> APIRouter:
-    router = APIRouter()
+    router = APIRouter(route_class=ParsedBodyRoute)  # the body the edge parsed, not parsed twice
 
     def start(plan, rid: str) -> tuple[Generation, Lease]:
         lease = state.admission.admit(len(plan.choices))
@@ -164,7 +165,10 @@ def build_router(state: ServerState) -> APIRouter:
     @router.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Response:
         served = state.require_model()
-        plan = plan_completion(body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity)
+        # Tokenizing runs in a worker thread: a long prompt must not stall every other request.
+        plan = await asyncio.to_thread(
+            plan_completion, body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity
+        )
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         gen, lease = start(plan, rid)
         if body.stream:
@@ -184,7 +188,10 @@ def build_router(state: ServerState) -> APIRouter:
     @router.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         served = state.require_model()
-        plan = plan_chat(body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity)
+        # Rendering the chat template (time-limited, tandem.model.chat_template) and tokenizing: off the loop.
+        plan = await asyncio.to_thread(
+            plan_chat, body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity
+        )
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         gen, lease = start(plan, rid)
         if body.stream:

@@ -56,7 +56,7 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
     from tandem.model import load_model
     from tandem.optimize import apply_recipe
 
-    model = load_model(config.model, dtype=config.dtype)
+    model = load_model(config.model, dtype=config.dtype, max_model_len=config.max_model_len)
     optimized = apply_recipe(model, resolve_recipe(config.recipe))
     engine = Engine(
         optimized,

@@ -20,7 +20,7 @@ from types import FrameType
 import uvicorn
 
 from tandem.edge.lifeline import watch_parent
-from tandem.edge.server import ExitZeroServer, configure_logging
+from tandem.edge.server import ExitZeroServer, configure_logging, uvicorn_config
 from tandem.edge.settings import Settings
 from tandem.serve.app import create_app
 from tandem.serve.served import ServedModel, load_served_model
@@ -114,15 +114,7 @@ def run_server(config: Settings, load: Callable[[], ServedModel] | None = None) 
         on_ready=on_ready,
         on_fatal=on_fatal,
     )
-    uv_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=config.log_level,
-        access_log=config.access_log,
-        timeout_graceful_shutdown=config.shutdown_timeout,
-        server_header=False,
-    )
+    uv_config = uvicorn_config(app, config, shutdown_timeout_s=config.shutdown_timeout)
     server = TandemServer(uv_config, app.state.tandem.drain, config.shutdown_timeout)
     logger.info(
         "tandem serve: loading the model (%s) on %s:%d", config.model or "bundled default", config.host, config.port

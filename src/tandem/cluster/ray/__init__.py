@@ -13,7 +13,7 @@ when a RayPlacer is built or `connect` is called, so importing this package cost
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from tandem.cluster.ray.backend import RayBackend
 from tandem.cluster.ray.demand import REGION_LABEL, Demand, NodeView, demand_for, pending_placement
@@ -43,12 +43,15 @@ def ray_backend(
     log_dir: str | None = None,
     ports: tuple[int, int] | None = None,
     unset_env: Collection[str] = (),
+    extra_env: Mapping[str, str] | None = None,
     kill_after_s: float = 40.0,
 ) -> RayBackend:
-    """Join (or start) a Ray cluster and return a RayBackend on it; its `description` says which."""
+    """Join (or start) a Ray cluster and return a RayBackend on it; its `description` says which.
+
+    `unset_env`: variables a node's replica must not inherit; `extra_env`: ones it gets (the fleet secret)."""
     from tandem.cluster.ray.runtime import RayPlacer, connect, describe_cluster
 
     how = connect(address)
-    placer = RayPlacer(log_dir=log_dir, ports=ports, unset_env=unset_env)
+    placer = RayPlacer(log_dir=log_dir, ports=ports, unset_env=unset_env, extra_env=extra_env)
     description = f"{how}; {describe_cluster(placer.nodes())}"
     return RayBackend(placer, kill_after_s=kill_after_s, description=description)

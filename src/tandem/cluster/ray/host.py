@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from tandem.cluster.backend import ReplicaSpec
 from tandem.cluster.local import PortRange, ProcessHandle, find_free_port, popen_spawner, serve_command
@@ -34,12 +34,14 @@ class ReplicaHost:
         log_dir: str | None = None,
         ports: tuple[int, int] | None = None,
         unset_env: Collection[str] = (),
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self.replica_id = replica_id
         self.spec = spec
         self.log_dir = log_dir
         self.ports = ports
         self.unset_env = frozenset(unset_env)
+        self.extra_env = dict(extra_env or {})
         self.process: ProcessHandle | None = None
 
     def launch(self) -> Placement:
@@ -51,6 +53,7 @@ class ReplicaHost:
         else:
             port = find_free_port(host=host)
         env = {k: v for k, v in os.environ.items() if k.upper() not in self.unset_env}
+        env.update(self.extra_env)
         env.update(self.spec.env)
         if self.spec.threads is not None:  # Ray sets it to the actor's CPUs; the server's threads decide
             env["OMP_NUM_THREADS"] = str(self.spec.threads)

@@ -66,6 +66,7 @@ class RayPlacer:
         log_dir: str | None = None,
         ports: tuple[int, int] | None = None,
         unset_env: Collection[str] = (),
+        extra_env: Mapping[str, str] | None = None,
         spread: bool = True,
     ) -> None:
         if ray is None:
@@ -74,6 +75,7 @@ class RayPlacer:
         self.log_dir = log_dir
         self.ports = ports
         self.unset_env = tuple(unset_env)
+        self.extra_env = dict(extra_env or {})  # the fleet secret: in the replica's environment, never its argv
         self.spread = spread
         self._host_class = ray.remote(ReplicaHost)
         self._actors: dict[str, _Actor] = {}
@@ -102,7 +104,7 @@ class RayPlacer:
     # --- Placer ----------------------------------------------------------------------------------
     def place(self, replica_id: str, spec: ReplicaSpec, demand: Demand) -> None:
         handle = self._host_class.options(**self.options(demand)).remote(
-            replica_id, spec, self.log_dir, self.ports, self.unset_env
+            replica_id, spec, self.log_dir, self.ports, self.unset_env, self.extra_env
         )
         self._actors[replica_id] = _Actor(handle, handle.launch.remote())
 

@@ -9,6 +9,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define HAVE_AVX512 1
+#else
+#define HAVE_AVX512 0
+#endif
 
 #define TILE 64    /* keys per online-softmax tile: scores and converted keys stay in L1/L2 */
 #define QMAX 64    /* queries per (row, kv head) block; more are processed in blocks */
@@ -58,9 +64,18 @@ static inline const float *tile_rows(const void *base, int bf16, int64_t index, 
 typedef struct {
     float qs[QMAX * DMAX], acc[QMAX * DMAX], scores[QMAX][TILE];
     float ktile[TILE * DMAX], vtile[TILE * DMAX];
-    float row_max[QMAX], row_sum[QMAX];
+    float row_max[QMAX], row_sum[QMAX], lane_sum[QMAX][16];
     int64_t qpos[QMAX], qlo[QMAX];
 } AttendScratch;
+
+/* Each OpenMP pool thread's scratch, allocated once (the pool lives as long as the process): no
+ * allocation (and no page faults on fresh pages) per call. */
+static __thread AttendScratch *tls_attend = NULL;
+
+AttendScratch *tandem_attend_scratch(void) {
+    if (!tls_attend) tls_attend = (AttendScratch *)aligned_alloc(64, sizeof(AttendScratch));
+    return tls_attend;
+}
 
 /* One (row, kv head) item. Inlined into callers with a constant head_dim, so the per-query
  * accumulators (head_dim floats) stay in vector registers across a tile's keys. */
@@ -156,6 +171,134 @@ static inline __attribute__((always_inline)) void attend_item(
     }
 }
 
+#if HAVE_AVX512
+/* 16 keys' dot products at once: v[j] holds key j's 16 partial sums; returns the 16 totals, key j
+ * in lane j. A transpose folded into the additions (45 shuffles and adds for 16 keys, instead of a
+ * horizontal sum per key). */
+static inline __attribute__((always_inline)) __m512 sum16x16(const __m512 *v) {
+    __m512 s[8], t[4];
+    for (int i = 0; i < 8; i++) /* per 128-bit lane: a0+a2, b0+b2, a1+a3, b1+b3 */
+        s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) /* per lane: the lane's sums of keys 4i .. 4i + 3 */
+        t[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], 0xEE));
+    const __m512 w0 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x88), _mm512_shuffle_f32x4(t[0], t[1], 0xDD));
+    const __m512 w1 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x88), _mm512_shuffle_f32x4(t[2], t[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xDD));
+}
+
+/* 16 cached values as floats: fp32 as is, bf16 widened (exact: a shift). */
+static inline __attribute__((always_inline)) __m512 load16(const void *base, const int bf16, int64_t index) {
+    if (!bf16) return _mm512_loadu_ps((const float *)base + index);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + index));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* attend_item, register-blocked: keys in blocks of 16, their 16 scores in one vector (no
+ * horizontal sum per q.k), the softmax on that vector, and each query's output accumulator
+ * (head_dim floats) in registers across the block. bf16 caches are widened as they load, so a
+ * bf16 cache reads half the bytes and costs no extra pass. d: a multiple of 16. */
+static inline __attribute__((always_inline)) void attend_item_v(
+    const int d, const int bf16, AttendScratch *w, const float *q, int64_t q_token_stride, float *out,
+    const void *k_cache, const void *v_cache, int64_t row_offset, int64_t row_len, int64_t row_slot, int64_t row_start,
+    int kvh, int heads, int kv_heads, int64_t max_len, int64_t window, float scale) {
+    const int group = heads / kv_heads, dv = d / 16;
+    const int64_t cache_base = (row_slot * kv_heads + kvh) * max_len * d;
+    const int64_t num_queries = row_len * group;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
+        const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
+        int64_t key_hi = 0, key_lo = INT64_MAX;
+        for (int i = 0; i < nq; i++) {
+            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+            const float *src = q + (row_offset + t) * q_token_stride + (kvh * group + g) * d;
+            float *qi = w->qs + i * d;
+            for (int k = 0; k < d; k++) qi[k] = src[k] * scale;
+            w->qpos[i] = row_start + t;
+            w->qlo[i] = window > 0 && w->qpos[i] - window + 1 > 0 ? w->qpos[i] - window + 1 : 0;
+            if (w->qpos[i] + 1 > key_hi) key_hi = w->qpos[i] + 1;
+            if (w->qlo[i] < key_lo) key_lo = w->qlo[i];
+            w->row_max[i] = MASKED;
+            _mm512_storeu_ps(w->lane_sum[i], _mm512_setzero_ps());
+            memset(w->acc + i * d, 0, sizeof(float) * d);
+        }
+        for (int64_t j0 = key_lo; j0 < key_hi; j0 += 16) {
+            const int nk = (int)(key_hi - j0 < 16 ? key_hi - j0 : 16);
+            const int64_t kbase = cache_base + j0 * d;
+            const __m512i keys = _mm512_add_epi32(_mm512_set1_epi32((int)j0), iota);
+            for (int i = 0; i < nq; i++) {
+                if (j0 > w->qpos[i] || j0 + nk <= w->qlo[i]) continue; /* no key of the block for it */
+                const float *qi = w->qs + i * d;
+                __m512 prod[16];
+                for (int j = 0; j < 16; j++) {
+                    __m512 acc = _mm512_setzero_ps();
+                    if (j < nk)
+                        for (int c = 0; c < dv; c++)
+                            acc = _mm512_fmadd_ps(_mm512_loadu_ps(qi + 16 * c), load16(k_cache, bf16, kbase + j * d + 16 * c), acc);
+                    prod[j] = acc;
+                }
+                const __mmask16 valid = _mm512_cmple_epi32_mask(keys, _mm512_set1_epi32((int)w->qpos[i])) &
+                                        _mm512_cmpge_epi32_mask(keys, _mm512_set1_epi32((int)w->qlo[i])) &
+                                        (__mmask16)((1u << nk) - 1u);
+                const __m512 sc = _mm512_mask_blend_ps(valid, _mm512_set1_ps(MASKED), sum16x16(prod));
+                const float block_max = _mm512_reduce_max_ps(sc);
+                const float new_max = block_max > w->row_max[i] ? block_max : w->row_max[i];
+                const float correction = expf(w->row_max[i] - new_max);
+                float p[16];
+                _mm512_storeu_ps(p, _mm512_sub_ps(sc, _mm512_set1_ps(new_max)));
+#pragma omp simd
+                for (int j = 0; j < 16; j++) p[j] = expf(p[j]);
+                const __m512 pv = _mm512_maskz_mov_ps(valid, _mm512_loadu_ps(p));
+                _mm512_storeu_ps(p, pv);
+                const __m512 corr = _mm512_set1_ps(correction);
+                _mm512_storeu_ps(w->lane_sum[i], _mm512_fmadd_ps(_mm512_loadu_ps(w->lane_sum[i]), corr, pv));
+                w->row_max[i] = new_max;
+                float *ai = w->acc + i * d;
+                __m512 a[DMAX / 16];
+                for (int c = 0; c < dv; c++) a[c] = _mm512_mul_ps(_mm512_loadu_ps(ai + 16 * c), corr);
+                for (int j = 0; j < nk; j++) {
+                    const __m512 pj = _mm512_set1_ps(p[j]);
+                    for (int c = 0; c < dv; c++)
+                        a[c] = _mm512_fmadd_ps(pj, load16(v_cache, bf16, kbase + j * d + 16 * c), a[c]);
+                }
+                for (int c = 0; c < dv; c++) _mm512_storeu_ps(ai + 16 * c, a[c]);
+            }
+        }
+        for (int i = 0; i < nq; i++) {
+            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+            float *dst = out + ((row_offset + t) * heads + kvh * group + g) * d;
+            const float sum = _mm512_reduce_add_ps(_mm512_loadu_ps(w->lane_sum[i]));
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const float *ai = w->acc + i * d;
+            for (int k = 0; k < d; k++) dst[k] = ai[k] * inv;
+        }
+    }
+}
+#endif
+
+/* One (row, kv head) work item of tandem_varlen_attention, on the fastest code for its shape. */
+__attribute__((noinline)) void tandem_attend(AttendScratch *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
+                   const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, int64_t row_slot,
+                   int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t max_len, int64_t window,
+                   float scale) {
+#define ARGS q, q_token_stride, out, k_cache, v_cache, row_offset, row_len, row_slot, row_start, kvh, heads, kv_heads, \
+             max_len, window, scale
+#if HAVE_AVX512
+    if (head_dim % 16 == 0) {
+        if (head_dim == 64)
+            cache_bf16 ? attend_item_v(64, 1, w, ARGS) : attend_item_v(64, 0, w, ARGS);
+        else if (head_dim == 128)
+            cache_bf16 ? attend_item_v(128, 1, w, ARGS) : attend_item_v(128, 0, w, ARGS);
+        else
+            cache_bf16 ? attend_item_v(head_dim, 1, w, ARGS) : attend_item_v(head_dim, 0, w, ARGS);
+        return;
+    }
+#endif
+#undef ARGS
+    attend_item(head_dim, w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offset, row_len, row_slot,
+                row_start, kvh, heads, kv_heads, max_len, window, scale);
+}
+
 /* Attention of new query tokens over a KV cache, each row reading only its own keys (varlen).
  *
  * Row r has row_lens[r] new tokens at flat indices row_offsets[r].. (queries q[n, h, :] with
@@ -176,7 +319,7 @@ int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, 
     int failed = 0;
 #pragma omp parallel num_threads(g_threads)
     {
-        AttendScratch *w = (AttendScratch *)malloc(sizeof(AttendScratch));
+        AttendScratch *w = tandem_attend_scratch();
         if (!w) {
 #pragma omp atomic write
             failed = 1;
@@ -185,55 +328,52 @@ int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, 
         for (int64_t item = 0; item < num_rows * kv_heads; item++) {
             if (!w) continue;
             const int64_t r = item / kv_heads;
-            const int kvh = (int)(item % kv_heads);
-#define ATTEND(D)                                                                                               \
-    attend_item(D, w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offsets[r], row_lens[r],        \
-                row_slots[r], row_starts[r], kvh, heads, kv_heads, max_len, window, scale)
-            if (head_dim == 64)
-                ATTEND(64);
-            else if (head_dim == 128)
-                ATTEND(128);
-            else
-                ATTEND(head_dim);
-#undef ATTEND
+            tandem_attend(w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offsets[r], row_lens[r], row_slots[r],
+                   row_starts[r], (int)(item % kv_heads), heads, kv_heads, head_dim, max_len, window, scale);
         }
-        free(w);
     }
     return failed;
+}
+
+/* The per-row bodies below are shared by the exported wrappers and the fused decoder (decode.c),
+ * and never inlined: with -ffast-math a copy inlined elsewhere could be vectorised differently and
+ * round differently, and a row must give the same bits whichever path serves it. */
+#define ROW_FN __attribute__((noinline))
+
+/* One row divided by its max |x| into o; returns the max (at least 1e-30). */
+ROW_FN float tandem_row_to_unit(const float *src, int64_t width, float *o) {
+    float m = 0.0f;
+#pragma omp simd reduction(max : m)
+    for (int64_t k = 0; k < width; k++) m = fabsf(src[k]) > m ? fabsf(src[k]) : m;
+    m = m > 1e-30f ? m : 1e-30f;
+    const float inv = 1.0f / m;
+#pragma omp simd
+    for (int64_t k = 0; k < width; k++) o[k] = src[k] * inv;
+    return m;
+}
+
+/* o[k] = o[k] * s (+ bias[k]) for k in [lo, hi). */
+ROW_FN void tandem_scale_row(float *o, int64_t lo, int64_t hi, float s, const float *bias) {
+    if (bias) {
+#pragma omp simd
+        for (int64_t k = lo; k < hi; k++) o[k] = o[k] * s + bias[k];
+    } else {
+#pragma omp simd
+        for (int64_t k = lo; k < hi; k++) o[k] *= s;
+    }
 }
 
 /* int8 activation prep: each row of x ([rows, width], x_stride floats apart) divided by its
  * max |x| into dst ([rows, width], contiguous); the max goes to scale[r] (at least 1e-30). */
 void tandem_rows_to_unit(const float *x, int64_t x_stride, int64_t rows, int64_t width, float *dst, float *scale) {
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *src = x + r * x_stride;
-        float m = 0.0f;
-#pragma omp simd reduction(max : m)
-        for (int64_t k = 0; k < width; k++) m = fabsf(src[k]) > m ? fabsf(src[k]) : m;
-        m = m > 1e-30f ? m : 1e-30f;
-        scale[r] = m;
-        const float inv = 1.0f / m;
-        float *o = dst + r * width;
-#pragma omp simd
-        for (int64_t k = 0; k < width; k++) o[k] = src[k] * inv;
-    }
+    for (int64_t r = 0; r < rows; r++) scale[r] = tandem_row_to_unit(x + r * x_stride, width, dst + r * width);
 }
 
 /* y[r, :] = y[r, :] * scale[r] (+ bias), in place; y is [rows, width] contiguous. */
 void tandem_scale_rows(float *y, int64_t rows, int64_t width, const float *scale, const float *bias) {
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
-    for (int64_t r = 0; r < rows; r++) {
-        float *o = y + r * width;
-        const float s = scale[r];
-        if (bias) {
-#pragma omp simd
-            for (int64_t k = 0; k < width; k++) o[k] = o[k] * s + bias[k];
-        } else {
-#pragma omp simd
-            for (int64_t k = 0; k < width; k++) o[k] *= s;
-        }
-    }
+    for (int64_t r = 0; r < rows; r++) tandem_scale_row(y + r * width, 0, width, scale[r], bias);
 }
 
 /* float -> bfloat16, round to nearest even (as torch's .to(torch.bfloat16)); NaN stays NaN. */
@@ -245,6 +385,36 @@ static inline uint16_t float_to_bf16(float f) {
     return (uint16_t)(bits >> 16);
 }
 
+/* One token of tandem_rope_and_cache: rotate its q and k heads in place, store k and v. */
+ROW_FN void tandem_rope_cache_token(float *row, const float *c, const float *s, int64_t position, int64_t slot,
+                                    void *k_cache, void *v_cache, int cache_bf16, int heads, int kv_heads,
+                                    int head_dim, int64_t max_len) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < heads + kv_heads; h++) {
+        float *x = row + h * head_dim;
+#pragma omp simd
+        for (int i = 0; i < half; i++) {
+            const float x1 = x[i], x2 = x[i + half];
+            x[i] = x1 * c[i] - x2 * s[i];
+            x[i + half] = x2 * c[i + half] + x1 * s[i + half];
+        }
+    }
+    for (int h = 0; h < kv_heads; h++) {
+        const int64_t at = ((slot * kv_heads + h) * max_len + position) * head_dim;
+        const float *k = row + (heads + h) * head_dim, *v = row + (heads + kv_heads + h) * head_dim;
+        if (cache_bf16) {
+            uint16_t *kd = (uint16_t *)k_cache + at, *vd = (uint16_t *)v_cache + at;
+            for (int i = 0; i < head_dim; i++) {
+                kd[i] = float_to_bf16(k[i]);
+                vd[i] = float_to_bf16(v[i]);
+            }
+        } else {
+            memcpy((float *)k_cache + at, k, sizeof(float) * head_dim);
+            memcpy((float *)v_cache + at, v, sizeof(float) * head_dim);
+        }
+    }
+}
+
 /* One pass over a fused q|k|v projection ([n, (heads + 2 kv_heads) * head_dim], qkv_stride floats
  * between tokens): rotate q and k in place (rotate-half RoPE with this token's cos/sin rows,
  * [n, head_dim] each), then store k and v in the KV cache at (slots[t], kv head, positions[t]).
@@ -252,35 +422,25 @@ static inline uint16_t float_to_bf16(float f) {
 void tandem_rope_and_cache(float *qkv, int64_t qkv_stride, int64_t n, const float *cos, const float *sin,
                            const int64_t *positions, const int64_t *slots, void *k_cache, void *v_cache,
                            int cache_bf16, int heads, int kv_heads, int head_dim, int64_t max_len) {
-    const int half = head_dim / 2;
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (n >= 64)
-    for (int64_t t = 0; t < n; t++) {
-        float *row = qkv + t * qkv_stride;
-        const float *c = cos + t * head_dim, *s = sin + t * head_dim;
-        for (int h = 0; h < heads + kv_heads; h++) {
-            float *x = row + h * head_dim;
+    for (int64_t t = 0; t < n; t++)
+        tandem_rope_cache_token(qkv + t * qkv_stride, cos + t * head_dim, sin + t * head_dim, positions[t], slots[t],
+                                k_cache, v_cache, cache_bf16, heads, kv_heads, head_dim, max_len);
+}
+
+/* One row of tandem_rms_norm. */
+ROW_FN void tandem_rms_norm_row(float *xr, const float *res, const float *weight, float *o, int64_t width,
+                                float eps) {
+    if (res) {
 #pragma omp simd
-            for (int i = 0; i < half; i++) {
-                const float x1 = x[i], x2 = x[i + half];
-                x[i] = x1 * c[i] - x2 * s[i];
-                x[i + half] = x2 * c[i + half] + x1 * s[i + half];
-            }
-        }
-        for (int h = 0; h < kv_heads; h++) {
-            const int64_t at = ((slots[t] * kv_heads + h) * max_len + positions[t]) * head_dim;
-            const float *k = row + (heads + h) * head_dim, *v = row + (heads + kv_heads + h) * head_dim;
-            if (cache_bf16) {
-                uint16_t *kd = (uint16_t *)k_cache + at, *vd = (uint16_t *)v_cache + at;
-                for (int i = 0; i < head_dim; i++) {
-                    kd[i] = float_to_bf16(k[i]);
-                    vd[i] = float_to_bf16(v[i]);
-                }
-            } else {
-                memcpy((float *)k_cache + at, k, sizeof(float) * head_dim);
-                memcpy((float *)v_cache + at, v, sizeof(float) * head_dim);
-            }
-        }
+        for (int64_t k = 0; k < width; k++) xr[k] += res[k];
     }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t k = 0; k < width; k++) sum += xr[k] * xr[k];
+    const float inv = 1.0f / sqrtf(sum / (float)width + eps);
+#pragma omp simd
+    for (int64_t k = 0; k < width; k++) o[k] = xr[k] * inv * weight[k];
 }
 
 /* RMSNorm of each row of x ([rows, width], contiguous) into out; with residual != NULL, first
@@ -289,30 +449,19 @@ void tandem_rope_and_cache(float *qkv, int64_t qkv_stride, int64_t n, const floa
 void tandem_rms_norm(float *x, const float *residual, const float *weight, float *out, int64_t rows, int64_t width,
                      float eps) {
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * width >= 65536)
-    for (int64_t r = 0; r < rows; r++) {
-        float *xr = x + r * width;
-        if (residual) {
-            const float *res = residual + r * width;
+    for (int64_t r = 0; r < rows; r++)
+        tandem_rms_norm_row(x + r * width, residual ? residual + r * width : NULL, weight, out + r * width, width, eps);
+}
+
+/* One row of tandem_silu_mul. */
+ROW_FN void tandem_silu_mul_row(const float *g, float *o, int64_t inter) {
+    const float *u = g + inter;
 #pragma omp simd
-            for (int64_t k = 0; k < width; k++) xr[k] += res[k];
-        }
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t k = 0; k < width; k++) sum += xr[k] * xr[k];
-        const float inv = 1.0f / sqrtf(sum / (float)width + eps);
-        float *o = out + r * width;
-#pragma omp simd
-        for (int64_t k = 0; k < width; k++) o[k] = xr[k] * inv * weight[k];
-    }
+    for (int64_t k = 0; k < inter; k++) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
 }
 
 /* SwiGLU's middle: out[r, k] = silu(gate_up[r, k]) * gate_up[r, inter + k]; gate_up [rows, 2 inter]. */
 void tandem_silu_mul(const float *gate_up, float *out, int64_t rows, int64_t inter) {
 #pragma omp parallel for schedule(static) num_threads(g_threads) if (rows * inter >= 65536)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *g = gate_up + r * 2 * inter, *u = g + inter;
-        float *o = out + r * inter;
-#pragma omp simd
-        for (int64_t k = 0; k < inter; k++) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
-    }
+    for (int64_t r = 0; r < rows; r++) tandem_silu_mul_row(gate_up + r * 2 * inter, out + r * inter, inter);
 }

@@ -1,5 +1,8 @@
 """The bench workload: request lengths drawn from a real trace, prompt text from held-out code.
 
+Standard library only (the tokenizer comes in as an argument), so both layers use it: `tandem
+bench` (optimization layer) and `tandem gate` (scheduling side, which never imports torch).
+
 Lengths come from the Azure LLM inference trace (../shared/data/azure_llm_conv_2023.csv, CC-BY 4.0,
 Patel et al., "Splitwise", ISCA 2024), drawn with a fixed seed and scaled so the trace's long
 requests fit the model's context; the shape of the distribution (prompts ~8x outputs, heavy tail)
@@ -14,11 +17,11 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from tandem.model.hub import heldout_sample_path
+from tandem.data.bundled import heldout_sample_path
 
 __all__ = ["BenchRequest", "load_workload", "default_trace_path", "heldout_texts"]
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 TRACE_P99_TOTAL = 4743  # trace p99 prompt (4142) + p99 output (601): scaled to the context
 
 

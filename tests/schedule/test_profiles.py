@@ -1,4 +1,4 @@
-"""Profiles for the capacity policy: measured by a `tandem profile` child process, cached as JSON."""
+"""Profiles for the scheduling side: measured by a `tandem profile` child process, cached as JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tandem.contracts import Profile
-from tandem.gateway.profiles import ProfileError, cached_profile, profile_command
+from tandem.schedule.profiles import ProfileError, cached_profile, load_profile, profile_command
 
 PROFILE = Profile("int8", "cpu", "m", 1000, 64, 8, {1: 50.0, 8: 200.0}, 1000.0, 0.05, 3.0)
 
@@ -48,3 +48,31 @@ def test_a_real_measurement_by_tandem_profile(serve_model_dir, tmp_path):
     profile = cached_profile(str(serve_model_dir), "baseline", 1, cache=tmp_path)
     assert profile.recipe == "baseline" and profile.decode_tokens_per_s and profile.max_slots >= 1
     assert cached_profile(str(serve_model_dir), "baseline", 1, cache=tmp_path) == profile  # from the cache
+
+
+def test_a_damaged_cache_entry_is_measured_again(tmp_path):
+    runs = []
+
+    def run(argv):
+        runs.append(argv)
+        with open(argv[argv.index("-o") + 1], "w") as f:
+            f.write(PROFILE.to_json())
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    cached_profile(None, "int8", None, run=run, cache=tmp_path)
+    (entry,) = (tmp_path / "profiles").glob("*.json")
+    entry.write_text("{")
+    assert cached_profile(None, "int8", None, run=run, cache=tmp_path) == PROFILE
+    assert len(runs) == 2
+
+
+def test_profile_files(tmp_path):
+    good = tmp_path / "p.json"
+    good.write_text(PROFILE.to_json())
+    assert load_profile(good) == PROFILE
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"recipe": "x"}')
+    with pytest.raises(ProfileError, match="bad.json: not a Profile"):
+        load_profile(bad)
+    with pytest.raises(ProfileError, match="missing.json: cannot read the Profile"):
+        load_profile(tmp_path / "missing.json")

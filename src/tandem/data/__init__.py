@@ -1,0 +1,1 @@
+"""Data tandem ships inside the package: the bundled models (bundled.py)."""

@@ -1,0 +1,77 @@
+"""The packed quantized kernels: int8 bit for bit Int8Linear's fbgemm path, int4 against a
+reference dequantized matmul."""
+
+import pytest
+import torch
+
+from tandem.kernels import QUANT_MAX_ROWS, int4_linear, int8_linear, pack_int4, quant_kernels_available
+from tandem.optimize.int8 import Int8Linear
+
+pytestmark = pytest.mark.skipif(not quant_kernels_available(), reason="no VNNI int8 kernel on this machine")
+
+
+@pytest.mark.parametrize("n,k,bias", [(64, 384, False), (130, 1024, True), (7, 100, False), (33, 2048, True)])
+def test_int8_matches_the_fbgemm_path_bit_for_bit(n, k, bias):
+    gen = torch.Generator().manual_seed(n + k)
+    linear = torch.nn.Linear(k, n, bias=bias)
+    layer = Int8Linear(linear)
+    for rows in (1, 2, 3, 4, 5, 8, 11, QUANT_MAX_ROWS):
+        x = torch.randn(rows, k, generator=gen) * torch.logspace(-3, 3, rows)[:, None]
+        x[:, 0] = x.abs().amax(dim=1)  # row maxima of 1 after scaling ...
+        x = x / x[:, :1]
+        # ... so these land exactly halfway between quantization steps, where rounding order shows.
+        x[:, 1:9] = (torch.randint(-127, 127, (rows, 8), generator=gen).float() + 0.5) * (2 / 255)
+        got = int8_linear(x, layer.packed, layer.bias)
+        layer.gemv = False  # Int8Linear's fbgemm path for the same rows
+        expected = layer(x)
+        layer.gemv = True
+        assert torch.equal(got, expected), rows
+
+
+def test_int8_takes_strided_rows():
+    layer = Int8Linear(torch.nn.Linear(96, 40))
+    wide = torch.randn(3, 200)
+    strided = wide[:, 10:106]
+    assert torch.equal(int8_linear(strided, layer.packed, None), int8_linear(strided.contiguous(), layer.packed, None))
+
+
+def reference_int4(x, q, scales, group, bias):
+    """Dequantized weights times the activations, quantized as the kernel quantizes them."""
+    n, k = q.shape
+    w = (q.float().view(n, -1, group) * scales.to(torch.float16).float()[:, :, None]).view(n, k)
+    m = x.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
+    xq = torch.round(x / m * 127)  # round half to even, as nearbyintf
+    out = (xq.double() @ w.double().t()) * (m.double() / 127)
+    return (out + bias.double() if bias is not None else out).float()
+
+
+@pytest.mark.parametrize("n,k,group,bias", [(64, 256, 32, False), (200, 768, 64, True), (33, 384, 128, False)])
+def test_int4_matches_a_dequantized_matmul(n, k, group, bias):
+    gen = torch.Generator().manual_seed(n * k)
+    q = torch.randint(-8, 8, (n, k), generator=gen, dtype=torch.int8)
+    scales = torch.rand(n, k // group, generator=gen) * 0.02 + 1e-3
+    b = torch.randn(n, generator=gen) if bias else None
+    packed = pack_int4(q, scales, group)
+    for rows in (1, 2, 3, 4, 6, 9, QUANT_MAX_ROWS):
+        x = torch.randn(rows, k, generator=gen)
+        got = int4_linear(x, packed, b)
+        expected = reference_int4(x, q, scales, group, b)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+def test_int4_pads_a_width_that_is_not_a_multiple_of_the_group():
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randint(-8, 8, (20, 100), generator=gen, dtype=torch.int8)
+    scales = torch.rand(20, 4, generator=gen) * 0.01 + 1e-3
+    x = torch.randn(2, 100, generator=gen)
+    padded_q = torch.cat([q, torch.zeros(20, 28, dtype=torch.int8)], dim=1)
+    expected = reference_int4(torch.cat([x, torch.zeros(2, 28)], dim=1), padded_q, scales, 32, None)
+    torch.testing.assert_close(int4_linear(x, pack_int4(q, scales, 32), None), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_bad_rows_are_refused():
+    packed = pack_int4(torch.zeros(16, 64, dtype=torch.int8), torch.ones(16, 2), 32)
+    with pytest.raises(ValueError, match="float32 rows"):
+        int4_linear(torch.zeros(2, 63), packed, None)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        pack_int4(torch.zeros(16, 64, dtype=torch.int8), torch.ones(16, 2), 12)
