@@ -9,13 +9,14 @@ SETUP := $(VENV)/.tandem-setup
 
 setup: $(SETUP)
 
-# Creates .venv and installs tandem with its dev tools. torch==2.13.0 is pinned (the CPU wheel
-# on this machine's disk) and installed first so nothing later pulls a CUDA build.
+# Creates .venv and installs tandem with its dev tools and the Ray extra (the Ray backend's tests
+# run in `make test`). torch==2.13.0 is pinned (the CPU wheel on this machine's disk) and
+# installed first so nothing later pulls a CUDA build.
 $(SETUP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,ray]'
 	$(BIN)/python -m tandem.kernels
 	touch $(SETUP)
 

@@ -115,3 +115,12 @@ def test_the_gateways_own_variables_are_not_passed_on():
     environ = {"TANDEM_REPLICAS_MAX": "4", "TANDEM_CONFIG": "g.yaml", "TANDEM_CACHE": "/c", "PATH": "/bin"}
     assert set(settings_environment(environ)) == {"TANDEM_REPLICAS_MAX", "TANDEM_CONFIG"}
     assert set(GATEWAY_MODE_FIELDS) <= set(Settings.model_fields)
+
+
+def test_a_backend_or_a_ray_address_alone_makes_a_gateway():
+    assert {"backend", "ray_address"} <= set(GATEWAY_MODE_FIELDS)
+    assert load_settings(flags={"backend": "ray"}).gateway_mode
+    config = load_settings(environ={"TANDEM_RAY_ADDRESS": "10.0.0.1:6379"})
+    assert config.gateway_mode and config.ray_address == "10.0.0.1:6379"
+    with pytest.raises(ConfigError, match="--backend"):
+        load_settings(flags={"backend": "kubernetes"})

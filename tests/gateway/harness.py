@@ -2,7 +2,8 @@
 gateway as its own process (`tandem serve --replicas-* ...`).
 
 The in-thread one keeps the `Gateway` object, so a test can kill a replica by pid or read the
-in-flight counts, while clients talk HTTP to the gateway exactly as they would in production.
+in-flight counts, while clients talk HTTP to the gateway exactly as they would in production. Its
+replicas are local processes, or those of the backend a test passes (Ray's: tests/cluster).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import uvicorn
 from metrics_text import parse, total, value
 from server_process import free_port
 
+from tandem.cluster.backend import Backend
 from tandem.cluster.local import LocalBackend, popen_spawner
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.wiring import FLEET_SECRET_ENV, Gateway, build_gateway, new_fleet_secret
@@ -61,13 +63,17 @@ def total_retries(text: str) -> float:
 class RunningGateway:
     def __init__(
         self, raw: dict[str, Any], log_dir: Path, transport: httpx.AsyncBaseTransport | None = None,
-        api_key: str | None = None, **gateway: Any,
+        api_key: str | None = None, backend: Backend | None = None, fleet_secret: str | None = None,
+        **gateway: Any,
     ) -> None:  # fmt: skip
-        """`gateway`: more build_gateway arguments (first_byte_timeout_s=...)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") or k == "TANDEM_CACHE"}
-        self.fleet_secret = new_fleet_secret()  # as `tandem serve` does: replicas answer only this gateway
-        env[FLEET_SECRET_ENV] = self.fleet_secret
-        backend = LocalBackend(spawn=popen_spawner(log_dir), base_env=env, kill_after_s=20.0)
+        """`gateway`: more build_gateway arguments (first_byte_timeout_s=...). A given `backend` hands
+        its replicas `fleet_secret` (FLEET_SECRET_ENV) itself."""
+        # As `tandem serve` does: replicas answer only this gateway.
+        self.fleet_secret = fleet_secret or new_fleet_secret()
+        if backend is None:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") or k == "TANDEM_CACHE"}
+            env[FLEET_SECRET_ENV] = self.fleet_secret
+            backend = LocalBackend(spawn=popen_spawner(log_dir), base_env=env, kill_after_s=20.0)
         self.log_dir = log_dir
         self.gw: Gateway = build_gateway(
             parse_deployment(raw), backend, transport=transport, buffer_timeout_s=90.0, read_timeout_s=60.0,
@@ -86,8 +92,8 @@ class RunningGateway:
         wait_for(lambda: self.server.started, 30, "the gateway to listen")
 
     @property
-    def backend(self) -> LocalBackend:
-        return self.gw.backend  # type: ignore[return-value]
+    def backend(self) -> Any:  # LocalBackend, or the backend given (tests reach into either)
+        return self.gw.backend
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.log_dir.glob("*.log"))
@@ -119,11 +125,14 @@ class RunningGateway:
             wait_for(lambda: not backend.stopping, 30, "replicas to exit")
         except AssertionError:
             pass
-        for proc in backend._stopping.values():  # a straggler: do not leave processes behind
-            try:
-                os.kill(proc.handle.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if isinstance(backend, LocalBackend):
+            for proc in backend._stopping.values():  # a straggler: do not leave processes behind
+                try:
+                    os.kill(proc.handle.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        else:
+            backend.kill_stragglers()
 
 
 class Outcomes:

@@ -149,3 +149,33 @@ def test_the_admin_api_needs_the_api_key_when_one_is_set():
 
     assert asyncio.run(with_key()).status_code == 200
     assert call(gw, "GET", "/health", api_key="s3cret").status_code == 200
+
+
+def test_a_new_recipe_keeps_the_primarys_model_settings_and_what_its_replicas_reserve():
+    from dataclasses import replace
+
+    from tandem.gateway.admin import UseRequest, variant_to_use
+
+    gw = gateway()
+    snap = gw.controller.snapshot()
+    primary = replace(snap.pools["fast"].variant, accelerators=1.0, memory_bytes=3 << 30)
+    snap = replace(snap, pools={**snap.pools, "fast": replace(snap.pools["fast"], variant=primary)})
+    chosen = variant_to_use(gw.variants, snap, UseRequest(recipe="bf16"))
+    assert (chosen.name, chosen.recipe, chosen.profile) == ("bf16", "bf16", None)
+    assert (chosen.memory_bytes, chosen.accelerators, chosen.threads) == (3 << 30, 1.0, primary.threads)
+
+
+def test_replicas_show_their_node_and_why_one_is_not_placed():
+    from dataclasses import replace
+
+    from tandem.cluster.backend import PendingPlacement
+    from tandem.gateway.admin import replicas_view
+
+    gw = gateway()
+    snap = gw.controller.snapshot()
+    waiting = PendingPlacement("too-large", "no node is large enough: it needs memory 5.00 GiB")
+    first, second, *rest = snap.replicas
+    snap = replace(snap, replicas=(replace(first, node="abc"), replace(second, pending=waiting), *rest))
+    shown = {r["id"]: r for r in replicas_view(gw, snap)["replicas"]}
+    assert (shown[first.replica_id]["node"], shown[first.replica_id]["pending"]) == ("abc", None)
+    assert shown[second.replica_id]["pending"] == {"cause": "too-large", "detail": waiting.detail}

@@ -90,3 +90,30 @@ def test_a_bad_deployment_file_is_a_one_line_error(tmp_path):
     assert result.exit_code == 1 and "router.name" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(serve, ["--deployment", str(tmp_path / "none.yaml")])
     assert result.exit_code == 1 and "cannot read the deployment file" in result.output
+
+
+def test_backend_and_ray_address_settings_over_the_file(tmp_path):
+    path = tmp_path / "deploy.yaml"
+    path.write_text("variants: [{name: fast, recipe: int8}]\npolicy: {name: hpa}\nbackend: {name: ray, address: a:1}\n")
+    from_file = deployment_from_settings(Settings(deployment=str(path)))
+    assert (from_file.backend.name, from_file.backend.address) == ("ray", "a:1")
+    assert from_file.plans[0].variant.threads == 1  # on Ray a replica reserves (and uses) one CPU unless told
+    assert deployment_from_settings(Settings(deployment=str(path), ray_address="b:2")).backend.address == "b:2"
+    local = deployment_from_settings(Settings(deployment=str(path), backend="local"))
+    assert (local.backend.name, local.backend.address) == ("local", None)  # the file's address was for Ray
+    implied = deployment_from_settings(Settings(recipe="int8", policy="hpa", ray_address="c:3"))
+    assert (implied.backend.name, implied.backend.address) == ("ray", "c:3")
+    assert deployment_from_settings(Settings(recipe="int8", policy="hpa")).backend.name == "local"
+    with pytest.raises(DeploymentError, match="--ray-address is for the ray backend, not --backend local"):
+        deployment_from_settings(Settings(recipe="int8", policy="hpa", backend="local", ray_address="c:3"))
+
+
+def test_on_ray_a_replica_reserves_memory_for_the_kv_budget_every_replica_is_given():
+    from tandem.schedule.variant import replica_memory_bytes
+
+    d = deployment_from_settings(Settings(recipe="int8", policy="capacity", backend="ray"), profile=_profile)
+    assert d.plans[0].variant.spec().memory_bytes == replica_memory_bytes(_profile("m", "int8", 1))
+    small = deployment_from_settings(
+        Settings(recipe="int8", policy="capacity", backend="ray", kv_cache_tokens=1024), profile=_profile
+    )
+    assert small.plans[0].variant.spec().memory_bytes == replica_memory_bytes(_profile("m", "int8", 1), 1024)

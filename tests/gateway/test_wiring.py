@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from tandem.cluster.backend import BackendError
 from tandem.cluster.local import PortRange, find_free_port
 from tandem.edge.settings import Settings
 from tandem.gateway.wiring import default_log_dir, local_backend, replica_environment
@@ -31,3 +35,35 @@ def test_logs_go_to_one_folder_per_gateway_run_under_the_cache(monkeypatch, tmp_
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path))
     folder = default_log_dir(now=lambda: 0.0)
     assert folder.parent == Path(tmp_path) / "logs" and folder.name.startswith("gateway-")
+
+
+def test_the_deployment_chooses_the_backend_and_the_banner_says_where_replicas_run(monkeypatch, tmp_path):
+    import tandem.cluster.ray as ray_package
+    from tandem.cluster.local import LocalBackend
+    from tandem.gateway.wiring import choose_backend
+    from tandem.schedule.deployment import parse_deployment
+
+    local = parse_deployment({"variants": [{"name": "a"}], "policy": {"name": "hpa"}})
+    backend, where = choose_backend(Settings(), local, tmp_path, environ={})
+    assert isinstance(backend, LocalBackend) and where == "local processes on this machine"
+
+    asked = {}
+
+    def ray_backend(address, **options):
+        asked.update(options, address=address)
+        return SimpleNamespace(description="connected to the Ray cluster at a:1 (given); 2 nodes")
+
+    monkeypatch.setattr(ray_package, "ray_backend", ray_backend)
+    ray_file = {"variants": [{"name": "a"}], "policy": {"name": "hpa"}, "backend": {"name": "ray", "address": "a:1"}}
+    on_ray = parse_deployment(ray_file)
+    backend, where = choose_backend(Settings(replica_ports=(9000, 9099), shutdown_timeout=5), on_ray, tmp_path)
+    assert where == "Ray: connected to the Ray cluster at a:1 (given); 2 nodes"
+    assert asked["address"] == "a:1" and asked["log_dir"] == str(tmp_path) and asked["ports"] == (9000, 9099)
+    assert asked["kill_after_s"] == 15.0 and "TANDEM_REPLICAS_MAX" in asked["unset_env"]
+
+    def missing(address, **options):
+        raise ModuleNotFoundError("No module named 'ray'", name="ray")
+
+    monkeypatch.setattr(ray_package, "ray_backend", missing)
+    with pytest.raises(BackendError, match=r"the ray backend needs Ray: pip install 'tandem\[ray\]'"):
+        choose_backend(Settings(), on_ray, tmp_path)

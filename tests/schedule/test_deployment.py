@@ -8,9 +8,17 @@ import json
 import pytest
 
 from tandem.schedule.breaker import BreakerConfig
-from tandem.schedule.deployment import DeploymentError, apply_flags, load_deployment, parse_deployment
+from tandem.schedule.deployment import (
+    BackendPlan,
+    DeploymentError,
+    apply_flags,
+    load_deployment,
+    parse_bytes,
+    parse_deployment,
+)
 from tandem.schedule.policies import CapacityParams, HpaParams, KpaParams, ScaleContext, ScaleLimits
 from tandem.schedule.routers import PrefixAffinity
+from tandem.schedule.variant import replica_memory_bytes
 
 from .helpers import profile
 
@@ -204,3 +212,72 @@ def test_serve_flags_override_a_file():
     assert raw["variants"][0] == {"name": "fast", "recipe": "int8"}  # the input is not modified
     with pytest.raises(DeploymentError, match="no variant to serve"):
         apply_flags(None, policy="hpa")
+
+
+def test_the_backend_and_what_each_replica_reserves_on_its_node():
+    d = parse_deployment(
+        {
+            "variants": [
+                {"name": "fast", "recipe": "int8", "resources": {"memory": "1.5GiB", "accelerators": 1,
+                                                                  "accelerator_type": "A100"}},
+                {"name": "base", "recipe": "baseline", "profile": PROFILE},
+                {"name": "bare", "recipe": "bf16"},
+            ],
+            "policy": {"name": "hpa"},
+            "backend": {"name": "ray", "address": "10.0.0.1:6379"},
+        }
+    )  # fmt: skip
+    assert d.backend == BackendPlan("ray", "10.0.0.1:6379")
+    fast, base, bare = (p.variant for p in d.plans)
+    assert (fast.memory_bytes, fast.accelerators, fast.accelerator_type) == (3 << 29, 1.0, "A100")
+    assert fast.spec("eu").memory_bytes == 3 << 29 and fast.spec("eu").accelerators == 1.0
+    assert base.memory_bytes is None and base.spec().memory_bytes == replica_memory_bytes(base.profile)
+    assert bare.spec().memory_bytes == 0  # no Profile, nothing given: placed by CPUs alone
+    assert parse_deployment({"variants": [{"name": "a"}], "policy": {"name": "hpa"}}).backend == BackendPlan()
+
+
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ({"name": "kube"}, "backend.name: Input should be 'local' or 'ray'"),
+        ({"name": "local", "address": "x:1"}, "backend: an address is for the ray backend"),
+        ({"name": "ray", "address": "ray://x:10001"}, "Ray Client addresses (ray://) are not supported"),
+        ({"name": "ray", "adress": "x:1"}, "backend.adress: unknown field (did you mean address?)"),
+    ],
+)
+def test_bad_backends_name_the_problem(backend, message):
+    with pytest.raises(DeploymentError) as info:
+        parse_deployment({"variants": [{"name": "a"}], "policy": {"name": "hpa"}, "backend": backend})
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        (1024, 1024),
+        ("1GiB", 1 << 30),
+        ("1Gi", 1 << 30),
+        ("512MiB", 512 << 20),
+        ("1.5GB", 1_500_000_000),
+        ("2 gib", 2 << 30),
+    ],
+)
+def test_sizes(size, expected):
+    assert parse_bytes(size) == expected
+
+
+@pytest.mark.parametrize("size", ["1.5XB", "GiB", "-1GiB", -5, True])
+def test_bad_sizes_are_refused(size):
+    with pytest.raises(ValueError, match="size"):
+        parse_bytes(size)
+    with pytest.raises(DeploymentError, match=r"variants\[0\].resources.memory"):
+        parse_deployment({"variants": [{"name": "a", "resources": {"memory": size}}], "policy": {"name": "hpa"}})
+
+
+def test_the_schema_describes_the_backend_and_the_resources():
+    from tandem.schedule.deployment import deployment_schema
+
+    schema = deployment_schema()
+    assert "backend" in schema["properties"] and "resources" in schema["$defs"]["_Variant"]["properties"]
+    assert schema["$defs"]["_Backend"]["properties"]["name"]["enum"] == ["local", "ray"]
+    assert set(schema["$defs"]["_Resources"]["properties"]) == {"memory", "accelerators", "accelerator_type"}

@@ -10,9 +10,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
-__all__ = ["Backend", "Replica", "ReplicaExit", "ReplicaSpec", "ReplicaState", "BackendError", "summarize_output"]
+__all__ = [
+    "Backend",
+    "BackendError",
+    "PendingPlacement",
+    "Replica",
+    "ReplicaExit",
+    "ReplicaSpec",
+    "ReplicaState",
+    "summarize_output",
+]
 
 
 class BackendError(RuntimeError):
@@ -33,6 +42,8 @@ class ReplicaSpec:
     `recipe` is text the replica validates itself; None serves the replica's default recipe.
     `model` None serves the bundled default model. `threads` is torch threads per replica (None:
     the server's default). `extra_args` are appended to the server's command line verbatim.
+    `memory_bytes`, `accelerators` and `accelerator_type` are what a backend that places replicas
+    on nodes (Ray) reserves for it (0: nothing reserved); local processes ignore them.
     """
 
     variant: str
@@ -42,12 +53,37 @@ class ReplicaSpec:
     threads: int | None = None
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    memory_bytes: int = 0
+    accelerators: float = 0.0
+    accelerator_type: str | None = None
 
     def __post_init__(self) -> None:
         if not self.variant:
             raise ValueError("ReplicaSpec.variant must not be empty")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"ReplicaSpec.threads must be >= 1 (got {self.threads})")
+        if self.memory_bytes < 0 or self.accelerators < 0:
+            raise ValueError("ReplicaSpec.memory_bytes and accelerators must be >= 0")
+
+
+@dataclass(frozen=True)
+class PendingPlacement:
+    """Why a replica is not running anywhere yet (a backend that places replicas on nodes: Ray).
+
+    `cause` is one of CAUSES (a bounded label for metrics); `detail` says it for an operator.
+    """
+
+    cause: str
+    detail: str
+
+    CAUSES: ClassVar[tuple[str, ...]] = ("no-room", "too-large", "no-node-in-region")
+
+    def __post_init__(self) -> None:
+        if self.cause not in self.CAUSES:
+            raise ValueError(f"unknown pending cause {self.cause!r} (known: {', '.join(self.CAUSES)})")
+
+    def __str__(self) -> str:
+        return f"pending ({self.cause}): {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -60,6 +96,8 @@ class Replica:
     url: str = ""  # base URL of its HTTP endpoint ("http://127.0.0.1:PORT"); "" where there is none
     started_at: float = 0.0  # on the backend's clock
     exit_code: int | None = None
+    node: str = ""  # the node it runs on, where the backend has several (a Ray node id); "" otherwise
+    pending: PendingPlacement | None = None  # STARTING but placed nowhere yet, and why
 
     @property
     def variant(self) -> str:

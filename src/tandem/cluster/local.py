@@ -112,12 +112,15 @@ class PortRange:
     """Ports from `low`..`high` (a firewall's opening): the next one this backend does not hold and the
     OS lets us bind, going round the range so a port just given up is the last to be reused."""
 
-    def __init__(self, low: int, high: int, bindable: Callable[[int], bool] = _bindable) -> None:
+    def __init__(
+        self, low: int, high: int, bindable: Callable[[int], bool] | None = None, *, host: str = "127.0.0.1",
+        start: int | None = None,
+    ) -> None:  # fmt: skip
         if not 1 <= low <= high <= 65535:
             raise ValueError(f"a port range needs 1 <= low <= high <= 65535 (got {low}-{high})")
         self.low, self.high = low, high
-        self.bindable = bindable
-        self._next = low
+        self.bindable = bindable or (lambda port: _bindable(port, host))
+        self._next = low if start is None else low + (start - low) % (high - low + 1)
 
     def __call__(self, taken: Collection[int]) -> int:
         size = self.high - self.low + 1

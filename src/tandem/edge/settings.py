@@ -37,11 +37,14 @@ __all__ = [
     "load_settings",
     "parse_port_range",
     "settings_environment",
+    "settings_variables",
 ]
 
 ENV_PREFIX = "TANDEM_"
 # Any of these, from any source, makes `tandem serve` a gateway in front of replicas.
-GATEWAY_MODE_FIELDS = ("deployment", "replicas_min", "replicas_max", "policy", "fallback", "regions")
+GATEWAY_MODE_FIELDS = (
+    "deployment", "replicas_min", "replicas_max", "policy", "fallback", "regions", "backend", "ray_address",
+)  # fmt: skip
 
 
 def parse_port_range(value: Any) -> tuple[int, int] | None:
@@ -109,7 +112,7 @@ class Settings(BaseModel):
     # /ready. Only ever from the environment (TANDEM_FLEET_SECRET): a flag would show in `ps`.
     fleet_secret: SecretStr | None = None
 
-    # Gateway mode (any of GATEWAY_MODE_FIELDS): a router and an autoscaler in front of local replicas.
+    # Gateway mode (any of GATEWAY_MODE_FIELDS): a router and an autoscaler in front of replicas (local, or on Ray).
     deployment: str | None = None  # the deployment file (YAML) of variants
     replicas_min: int | None = Field(None, ge=0)
     replicas_max: int | None = Field(None, ge=1)
@@ -121,6 +124,8 @@ class Settings(BaseModel):
     queue_timeout: float = Field(60.0, gt=0)  # how long a request waits at the gateway for a replica
     first_byte_timeout: float = Field(30.0, gt=0)  # a replica's first byte (see tandem.gateway.deadlines)
     stream_idle_timeout: float = Field(30.0, gt=0)  # the longest pause between a stream's chunks
+    backend: Literal["local", "ray"] | None = None  # where replicas run (default: the file's, else local)
+    ray_address: str | None = Field(None, min_length=1)  # implies the ray backend; default: as ray.init finds one
 
     @field_validator("regions", mode="before")
     @classmethod
@@ -180,9 +185,14 @@ class _Layered(BaseSettings, Settings):
         return init_settings, _EnvironSource(settings_cls), _FileSource(settings_cls)
 
 
+def settings_variables() -> frozenset[str]:
+    """The names of the TANDEM_* variables that are settings (TANDEM_CACHE and TANDEM_KERNELS are not)."""
+    return frozenset({ENV_PREFIX + name.upper() for name in Settings.model_fields} | {ENV_PREFIX + "CONFIG"})
+
+
 def settings_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The TANDEM_* variables that are settings (TANDEM_CACHE and TANDEM_KERNELS are not)."""
-    names = {ENV_PREFIX + name.upper() for name in Settings.model_fields} | {ENV_PREFIX + "CONFIG"}
+    """The TANDEM_* variables that are settings, with their values."""
+    names = settings_variables()
     return {k: v for k, v in environ.items() if k.upper() in names}
 
 

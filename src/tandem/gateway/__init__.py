@@ -7,7 +7,7 @@ with backoff, rollouts) and serves the operator API. It never imports torch, the
 model, the optimizers or the server (an import-linter contract): recipes cross to replicas as
 text, and Profiles come from a `tandem profile` child process.
 
-- wiring: `Gateway` (what the parts share), `build_gateway`, the local backend it starts replicas with
+- wiring: `Gateway` (what the parts share), `build_gateway`, the backend it starts replicas with (local or Ray)
 - proxy: one request through a replica, with retries, buffering and the client's disconnect
 - loads: polling replicas' GET /load
 - admin: GET /admin/replicas, POST /admin/use, GET /admin/rollout

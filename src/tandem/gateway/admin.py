@@ -67,7 +67,11 @@ def variant_to_use(known: dict[str, Variant], snap: Snapshot, request: UseReques
             while name in known or name in snap.pools:
                 n += 1
                 name = f"{base}-{n}"
-            chosen = Variant(name, request.recipe, None, primary.model, primary.threads, primary.extra_args)
+            # The primary's model, settings and resources (it reserves what the primary's replicas
+            # reserve); its Profile is the old recipe's, so not that.
+            chosen = dataclasses.replace(
+                primary, name=name, recipe=request.recipe, profile=None, memory_bytes=primary.replica_memory or None
+            )
     if chosen.name == snap.primary:
         raise APIError(409, f"{chosen.name!r} already serves the primary traffic", code="already_primary")
     return chosen
@@ -113,6 +117,8 @@ def replicas_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
                 "region": r.region,
                 "state": r.state.value,
                 "address": r.url,
+                "node": r.node or None,
+                "pending": None if r.pending is None else {"cause": r.pending.cause, "detail": r.pending.detail},
                 "up_s": round(now - r.started_at, 3),
                 "load": None if report is None else {
                     "running": report.load.running, "waiting": report.load.waiting, "kv_used": report.load.kv_used,

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import click
 
+from tandem.cluster.backend import BackendError
 from tandem.edge.settings import Settings
 from tandem.gateway.deployment import deployment_from_settings
 from tandem.gateway.run import run_gateway
-from tandem.gateway.wiring import build_gateway, default_log_dir, local_backend, new_fleet_secret
+from tandem.gateway.wiring import build_gateway, choose_backend, default_log_dir, new_fleet_secret
 from tandem.schedule.deployment import DeploymentError
 from tandem.schedule.profiles import ProfileError
 
@@ -28,13 +29,17 @@ def serve_gateway(settings: Settings) -> int:
         raise click.ClickException(str(exc)) from None
     log_dir = Path(settings.log_dir) if settings.log_dir else default_log_dir()
     secret = new_fleet_secret()  # this fleet's alone; replicas get it in their environment
+    try:
+        backend, where = choose_backend(settings, deployment, log_dir, fleet_secret=secret)
+    except BackendError as exc:
+        raise click.ClickException(str(exc)) from None
     gw = build_gateway(
         deployment,
-        local_backend(settings, log_dir, fleet_secret=secret),
+        backend,
         buffer_timeout_s=settings.queue_timeout,
         shutdown_timeout_s=settings.shutdown_timeout,
         first_byte_timeout_s=settings.first_byte_timeout,
         stream_idle_timeout_s=settings.stream_idle_timeout,
         fleet_secret=secret,
     )
-    return run_gateway(gw, settings, log_dir=str(log_dir))
+    return run_gateway(gw, settings, log_dir=str(log_dir), backend=where)

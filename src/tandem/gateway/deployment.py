@@ -24,6 +24,7 @@ from tandem.schedule.deployment import (
     read_deployment_file,
 )
 from tandem.schedule.profiles import cached_profile
+from tandem.schedule.variant import replica_memory_bytes
 
 __all__ = ["REPLICA_SETTINGS", "deployment_from_settings", "replica_args"]
 
@@ -47,6 +48,20 @@ def replica_args(settings: Settings) -> list[str]:
     return args
 
 
+def _backend(raw: Any, settings: Settings) -> dict[str, Any] | None:
+    """The file's `backend:` with --backend and --ray-address over it (None: neither is set)."""
+    if settings.backend is None and settings.ray_address is None:
+        return None
+    backend = dict(raw) if isinstance(raw, dict) else {}
+    if settings.backend is not None and settings.backend != backend.get("name"):
+        backend = {"name": settings.backend}  # another backend: the file's address was for the file's
+    if settings.ray_address is not None:
+        if settings.backend not in (None, "ray"):
+            raise DeploymentError(f"--ray-address is for the ray backend, not --backend {settings.backend}")
+        backend = {**backend, "name": "ray", "address": settings.ray_address}
+    return backend
+
+
 def deployment_from_settings(settings: Settings, profile: ProfileSource = cached_profile) -> Deployment:
     """The deployment `tandem serve` runs in gateway mode.
 
@@ -68,6 +83,12 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource = cached
     )  # fmt: skip
     if settings.regions:
         out["regions"] = list(settings.regions)
+    backend = _backend(out.get("backend"), settings)
+    if backend is not None:
+        out["backend"] = backend
+    on_ray = (out.get("backend") or {}).get("name") == "ray"
+    if on_ray and out.get("threads") is None:
+        out["threads"] = 1  # a replica reserves one CPU of its node, and uses one, unless `threads` says more
     if out.get("threads") is None and not any(v.get("threads") for v in out["variants"]):
         # Replicas share this machine's cores: at full scale-out each gets its share, never more.
         # Oversubscribed OpenMP threads spin against each other (measured: 127 vs 1455 tok/s).
@@ -86,6 +107,13 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource = cached
                     variant.get("threads", out.get("threads")),
                 )
                 variant["profile"] = json.loads(measured.to_json())
+    kv_tokens = settings.non_default("kv_cache_tokens")
+    if on_ray and kv_tokens is not None:  # every replica gets this KV budget: reserve memory for it
+        for variant in out["variants"]:
+            resources = variant.get("resources") or {}
+            if resources.get("memory") is None and isinstance(variant.get("profile"), dict):
+                memory = replica_memory_bytes(Profile.from_json(json.dumps(variant["profile"])), kv_tokens)
+                variant["resources"] = {**resources, "memory": memory}
     try:
         return parse_deployment(out, base_dir)
     except DeploymentError as exc:

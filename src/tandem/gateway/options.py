@@ -1,7 +1,8 @@
 """The gateway's flags on `tandem serve` (click only: `tandem --help` imports this and nothing heavy).
 
-Any of --deployment, --replicas-min, --replicas-max, --policy, --fallback or --regions (from a flag,
-the config file or a TANDEM_* variable) makes `tandem serve` a gateway; the others tune one.
+Any of --deployment, --replicas-min, --replicas-max, --policy, --fallback, --regions, --backend or
+--ray-address (from a flag, the config file or a TANDEM_* variable) makes `tandem serve` a gateway;
+the others tune one.
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ _OPTIONS = [
         type=click.FloatRange(min=0, min_open=True),
         default=None,
         help="Gateway: seconds a request waits for a replica, then 503.  [default: 60]",
+    ),
+    click.option(
+        "--backend",
+        type=click.Choice(["local", "ray"]),
+        default=None,
+        help="Gateway: where replicas run: processes on this machine, or a Ray cluster.  [default: local]",
+    ),
+    click.option(
+        "--ray-address",
+        default=None,
+        help="Gateway: the Ray cluster (HOST:6379, or auto); implies --backend ray.  [default: RAY_ADDRESS, else "
+        "the cluster `ray start` left on this machine, else a new local one]",
     ),
     click.option(
         "--first-byte-timeout",

@@ -79,14 +79,18 @@ class GatewayServer(ExitZeroServer):
         await super().serve(sockets)
 
 
-def run_gateway(gw: Gateway, settings: Settings, *, log_dir: str | None = None) -> int:
+def run_gateway(
+    gw: Gateway, settings: Settings, *, log_dir: str | None = None, backend: str = "local processes on this machine"
+) -> int:
     """Serve until SIGTERM/SIGINT (exit 0), or until the primary variant gives up (exit 1)."""
     configure_logging(settings.log_level)
     names = ", ".join(f"{p.variant.name} ({p.variant.recipe or 'default recipe'})" for p in gw.deployment.plans)
     logger.info(
-        "tandem gateway on http://%s:%d: variants %s; primary %s, fallback %s, policy %s; replica logs in %s",
+        "tandem gateway on http://%s:%d: variants %s; primary %s, fallback %s, policy %s; replicas: %s; replica "
+        "logs in %s",
         settings.host, settings.port, names, gw.deployment.primary, gw.deployment.fallback,
-        gw.deployment.policy_name, log_dir,
+        gw.deployment.policy_name, backend,
+        f"{log_dir}{' on each replica node' if gw.deployment.backend.name == 'ray' else ''}",
     )  # fmt: skip
     server: GatewayServer | None = None
 

@@ -1,5 +1,6 @@
 """Wiring: the scheduling layer's parts assembled into one `Gateway` (what the app, the proxy and the
-admin API share), and the local backend a gateway process starts replicas with.
+admin API share), and the backend a gateway process starts replicas with (local processes, or a
+Ray cluster: `choose_backend`).
 
 Each fleet has its own secret (`new_fleet_secret`): the gateway sends it to its replicas on every
 request, and hands it to them in their environment (FLEET_SECRET_ENV, never on a command line that
@@ -25,9 +26,9 @@ from pathlib import Path
 import httpx
 from prometheus_client import CollectorRegistry
 
-from tandem.cluster.backend import Backend, ReplicaState
+from tandem.cluster.backend import Backend, BackendError, ReplicaState
 from tandem.cluster.local import LocalBackend, PortRange, find_free_port, popen_spawner
-from tandem.edge.settings import Settings, settings_environment
+from tandem.edge.settings import Settings, settings_environment, settings_variables
 from tandem.gateway.deployment import ProfileSource
 from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
@@ -45,6 +46,7 @@ __all__ = [
     "Gateway",
     "PendingUse",
     "build_gateway",
+    "choose_backend",
     "default_log_dir",
     "local_backend",
     "new_fleet_secret",
@@ -217,3 +219,31 @@ def local_backend(
         # Longer than a replica's own drain (its --shutdown-timeout), so SIGKILL is the exception.
         kill_after_s=settings.shutdown_timeout + 10.0,
     )
+
+
+def choose_backend(
+    settings: Settings, deployment: Deployment, log_dir: Path, environ: Mapping[str, str] | None = None,
+    fleet_secret: str | None = None,
+) -> tuple[Backend, str]:
+    """The deployment's backend, and a line for the banner saying where replicas run; either way the
+    replicas get `fleet_secret` in their environment.
+
+    Ray (`tandem[ray]`) is imported only here and only for `backend: ray`. BackendError when Ray
+    is missing or its cluster cannot be reached.
+    """
+    if deployment.backend.name != "ray":
+        return local_backend(settings, log_dir, environ, fleet_secret), "local processes on this machine"
+    from tandem.cluster.ray import ray_backend
+
+    try:
+        backend = ray_backend(
+            deployment.backend.address, log_dir=str(log_dir), ports=settings.replica_ports,
+            # What a replica's node must not pass on: the gateway's own TANDEM_* settings (as locally).
+            unset_env=settings_variables(), kill_after_s=settings.shutdown_timeout + 10.0,
+            extra_env={FLEET_SECRET_ENV: fleet_secret} if fleet_secret is not None else None,
+        )  # fmt: skip
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "ray":
+            raise
+        raise BackendError("the ray backend needs Ray: pip install 'tandem[ray]'") from None
+    return backend, f"Ray: {backend.description}"

@@ -245,7 +245,8 @@ class Controller:
                 waited = now - replica.started_at
                 if waited > self.config.start_timeout_s:
                     self._stop(replica.replica_id, report)
-                    self._start_ended(replica, now, f"not ready after {waited:.0f} s; stopped")
+                    why = f" ({replica.pending})" if replica.pending is not None else ""
+                    self._start_ended(replica, now, f"not ready after {waited:.0f} s; stopped{why}")
                 continue
             self._probe_failures[replica.replica_id] += 1
             if self._probe_failures[replica.replica_id] >= self.config.unhealthy_after:

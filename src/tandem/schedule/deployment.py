@@ -20,7 +20,11 @@ router: {name: prefix-affinity, params: {block_chars: 256}}
 breaker: {consecutive_failures: 5, failure_ratio: 0.5, window_s: 30, open_s: 10}
 retries: {max_attempts: 3}
 controller: {drain_timeout_s: 120, start_timeout_s: 300}
+backend: {name: ray, address: auto}  # where replicas run: local processes (default) or a Ray cluster
 ```
+
+On Ray a variant may also say what each replica reserves on its node:
+`resources: {memory: 2GiB, accelerators: 1, accelerator_type: A100}` (memory default: from its Profile).
 
 pydantic validates at this edge only; a bad file raises DeploymentError naming the file, the field
 (`variants[1].replicas.max`) and what is wrong, and for an unknown field the closest known one
@@ -40,7 +44,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tandem.contracts import Profile
 from tandem.edge.files import ConfigError, describe_errors, load_mapping, unknown_key
@@ -52,12 +66,14 @@ from tandem.schedule.routers import Router, make_router
 from tandem.schedule.variant import Variant
 
 __all__ = [
+    "BackendPlan",
     "Deployment",
     "DeploymentError",
     "VariantPlan",
     "apply_flags",
     "deployment_schema",
     "load_deployment",
+    "parse_bytes",
     "parse_deployment",
 ]
 
@@ -85,6 +101,45 @@ class _Replicas(_Strict):
         return self
 
 
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
+          "tb": 10**12, "ki": 1 << 10, "kib": 1 << 10, "mi": 1 << 20, "mib": 1 << 20, "gi": 1 << 30, "gib": 1 << 30,
+          "ti": 1 << 40, "tib": 1 << 40}  # fmt: skip
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(value: int | str) -> int:
+    """A size in bytes: 1073741824, "1GiB", "1Gi", "512MiB", "1.5GB" (ValueError naming the problem)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 2GiB, 512MiB or 1073741824")
+    if isinstance(value, int):
+        size = value
+    else:
+        match = _SIZE.match(str(value))
+        unit = match.group(2).lower() if match else ""
+        if match is None or unit not in _UNITS:
+            raise ValueError("expected a size such as 2GiB, 512MiB or 1073741824")
+        size = int(float(match.group(1)) * _UNITS[unit])
+    if size < 0:
+        raise ValueError("a size must be >= 0")
+    return size
+
+
+class _Resources(_Strict):
+    memory: StrictInt | StrictStr | None = Field(
+        None, description="Memory each replica reserves on its node: bytes, or 2GiB, 512MiB (default: from the "
+        "Profile: weights + KV budget + runtime; none without a Profile).",
+    )  # fmt: skip
+    accelerators: float = Field(0.0, ge=0, description="Accelerators (GPUs) per replica.")
+    accelerator_type: str | None = Field(None, min_length=1, description="Kind of accelerator, e.g. A100.")
+
+    @field_validator("memory")
+    @classmethod
+    def _size(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            parse_bytes(value)
+        return value
+
+
 class _Variant(_Strict):
     name: str = Field(
         min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="How routing and metrics call it."
@@ -100,6 +155,7 @@ class _Variant(_Strict):
     regions: list[str] | None = Field(None, min_length=1)
     replicas: _Replicas = _Replicas()
     args: list[str] = Field([], description="More `tandem serve` flags for each replica, verbatim.")
+    resources: _Resources = Field(_Resources(), description="What each replica reserves on its node (Ray).")
 
 
 class _Policy(_Strict):
@@ -112,6 +168,25 @@ class _Policy(_Strict):
 class _Router(_Strict):
     name: Literal["least-outstanding", "power-of-two", "region-aware", "prefix-affinity"] = "least-outstanding"
     params: dict[str, Any] = {}
+
+
+class _Backend(_Strict):
+    name: Literal["local", "ray"] = Field("local", description="local: processes on this machine; ray: a Ray cluster.")
+    address: str | None = Field(
+        None, min_length=1, description="Ray: the cluster's address (HOST:6379, or auto). Default: RAY_ADDRESS, "
+        "else the cluster `ray start` left on this machine, else a new local one.",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _address_for_ray(self) -> _Backend:
+        if self.address is not None and self.name != "ray":
+            raise ValueError("an address is for the ray backend (name: ray)")
+        if self.address is not None and self.address.startswith("ray://"):
+            raise ValueError(
+                "Ray Client addresses (ray://) are not supported: run the gateway on a machine of the cluster "
+                "and give the cluster's address (HOST:6379)"
+            )
+        return self
 
 
 class _Retries(_Strict):
@@ -132,6 +207,7 @@ class _File(_Strict):
     breaker: dict[str, Any] = Field({}, description="BreakerConfig fields.")
     retries: _Retries = _Retries()
     controller: dict[str, Any] = Field({}, description="ControllerConfig fields (timeouts, restart backoff).")
+    backend: _Backend = Field(_Backend(), description="Where replicas run.")
 
 
 def deployment_schema() -> dict[str, Any]:
@@ -148,6 +224,14 @@ class VariantPlan:
 
 
 @dataclass(frozen=True)
+class BackendPlan:
+    """Where the replicas run: `local` processes, or a `ray` cluster (at `address`; None: as ray.init finds one)."""
+
+    name: str = "local"
+    address: str | None = None
+
+
+@dataclass(frozen=True)
 class Deployment:
     plans: tuple[VariantPlan, ...]
     primary: str
@@ -160,6 +244,7 @@ class Deployment:
     breaker: BreakerConfig
     controller: ControllerConfig
     max_attempts: int
+    backend: BackendPlan = BackendPlan()
 
     @property
     def variants(self) -> dict[str, Variant]:
@@ -251,6 +336,9 @@ def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
             model=v.model if v.model is not None else spec.model,
             threads=v.threads if v.threads is not None else spec.threads,
             extra_args=tuple(v.args),
+            memory_bytes=parse_bytes(v.resources.memory) if v.resources.memory is not None else None,
+            accelerators=v.resources.accelerators,
+            accelerator_type=v.resources.accelerator_type,
         )
         plans.append(VariantPlan(variant, limits, tuple(v.regions or spec.regions)))
 
@@ -271,6 +359,7 @@ def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
         breaker=_dataclass(BreakerConfig, spec.breaker, "breaker"),
         controller=_dataclass(ControllerConfig, spec.controller, "controller"),
         max_attempts=spec.retries.max_attempts,
+        backend=BackendPlan(spec.backend.name, spec.backend.address),
     )
 
 

@@ -5,7 +5,9 @@
 - `tandem:breaker_state{variant}`: 0 closed, 1 half-open, 2 open;
 - `tandem:scale_decisions_total{policy,direction}`: decisions that changed a replica count (up, down);
 - `tandem:replica_restarts_total{variant}`: replicas that ended without being asked to (a crash, a
-  failed start) and were replaced.
+  failed start) and were replaced;
+- `tandem:replicas_pending{variant,cause}`: starting replicas a backend could not place on any node
+  yet (Ray): no-room, too-large, no-node-in-region.
 The gateway serves them beside its own, from the registry it passes in.
 """
 
@@ -15,7 +17,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tandem.cluster.backend import Replica, ReplicaState
+from tandem.cluster.backend import PendingPlacement, Replica, ReplicaState
 from tandem.schedule.breaker import BreakerMode
 
 __all__ = ["SchedulerMetrics"]
@@ -55,14 +57,27 @@ class SchedulerMetrics:
             ("variant",),
             registry=self.registry,
         )
+        self.pending = Gauge(
+            PREFIX + "replicas_pending",
+            "Starting replicas not placed on any node yet, by why (no-room, too-large, no-node-in-region).",
+            ("variant", "cause"),
+            registry=self.registry,
+        )
 
     def observe_replicas(self, variants: Iterable[str], replicas: Iterable[Replica]) -> None:
+        replicas = list(replicas)
         counts = {(v, s): 0 for v in variants for s in _STATES}
+        pending = {(v, c): 0 for v, _ in counts for c in PendingPlacement.CAUSES}
         for replica in replicas:
             if replica.state in _STATES:
                 counts[(replica.variant, replica.state)] = counts.get((replica.variant, replica.state), 0) + 1
+            if replica.pending is not None:
+                key = (replica.variant, replica.pending.cause)
+                pending[key] = pending.get(key, 0) + 1
         for (variant, state), count in counts.items():
             self.replicas.labels(variant, state.value).set(count)
+        for (variant, cause), count in pending.items():
+            self.pending.labels(variant, cause).set(count)
 
     def observe_breaker(self, variant: str, mode: BreakerMode) -> None:
         self.breaker.labels(variant).set(mode.gauge)

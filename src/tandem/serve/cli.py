@@ -107,8 +107,9 @@ def preflight(config: Settings) -> None:
 def serve(config_file: str | None, **flags) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics).
 
-    With --replicas-min/--replicas-max/--policy/--fallback/--regions/--deployment: a gateway that
-    routes, autoscales and falls back over local replicas (each a plain `tandem serve`).
+    With --replicas-min/--replicas-max/--policy/--fallback/--regions/--deployment/--backend: a gateway
+    that routes, autoscales and falls back over replicas (each a plain `tandem serve`, on this machine
+    or, with --backend ray, across a Ray cluster).
 
     Every flag is also a key of the --config file (max_num_seqs: 8) and a TANDEM_* environment
     variable (TANDEM_MAX_NUM_SEQS=8); flags win over variables, variables over the file.
