@@ -3,11 +3,8 @@
 The broken candidates are third-party optimizers installed as their own distribution
 (tests/plugins/tandem-gate-test-optimizers) and found through the `tandem.optimizers` entry point.
 
-ECHO: today's `tandem serve` refuses `echo` and `max_tokens: 0` (HTTP 400), so these runs judge
-accuracy on the generations' shared prefix and say so. Once the replica server's echo support
-merges, `test_a_good_candidate_passes_all_three` and `test_a_corrupt_candidate_fails_accuracy`
-must switch to the teacher-forced path: flip ECHO_MERGED to True (they then require it).
-tests/gate/test_scoring.py pins the teacher-forced path on vLLM-shaped answers meanwhile.
+Accuracy is judged teacher-forced (`echo`, `logprobs`, `max_tokens: 0` on the replicas); the
+fallback for servers that refuse echo is pinned in tests/gate/test_scoring.py.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ from .helpers import profile
 pytestmark = pytest.mark.slow
 
 PLUGIN = Path(__file__).parents[1] / "plugins" / "tandem-gate-test-optimizers"
-ECHO_MERGED = False  # see the module docstring
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +90,7 @@ def test_a_good_candidate_passes_all_three(tmp_path, loose_latency):
     html = report.read_text()
     assert "data:image/png;base64," in html and '<span class="PASS">PASS</span>' in html
     methods = result["verdict"]["metrics"]["accuracy"]["stats"]["methods"]
-    if ECHO_MERGED:
-        assert result["teacher_forcing_off"] is None and set(methods) == {"teacher-forced"}
-    else:  # the fallback, said in the report
-        assert result["teacher_forcing_off"].startswith("HTTP 400") and set(methods) == {"shared-prefix"}
-        assert result["verdict"]["metrics"]["accuracy"]["reasons"][0].startswith("fallback:")
+    assert result["teacher_forcing_off"] is None and set(methods) == {"teacher-forced"}
 
 
 def test_a_lossless_candidate_reproduces_every_greedy_output(tmp_path, profiles, loose_latency):
@@ -124,8 +116,7 @@ def test_a_corrupt_candidate_fails_accuracy(tmp_path, plugins, profiles):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert verdicts(result)["accuracy"] == "FAIL" and verdicts(result)["errors"] == "PASS"
     assert result["verdict"]["metrics"]["accuracy"]["stats"]["top1_agreement"]["high"] < 0.9
-    method = "teacher-forced" if ECHO_MERGED else "shared-prefix"
-    assert set(result["verdict"]["metrics"]["accuracy"]["stats"]["methods"]) == {method}
+    assert set(result["verdict"]["metrics"]["accuracy"]["stats"]["methods"]) == {"teacher-forced"}
 
 
 def test_a_slow_candidate_fails_latency(tmp_path, plugins, profiles):

@@ -1,9 +1,7 @@
 """Teacher-forced scoring against servers answering as OpenAI's legacy completions API and vLLM do
 (httpx.MockTransport), and the fallback where a server refuses `echo`.
 
-The current `tandem serve` refuses `echo` and `max_tokens: 0` (400); these tests pin the echo path
-on vLLM-shaped answers until tandem's own echo lands, and tests/gate/test_cli.py runs the fallback
-against real replicas.
+tests/gate/test_cli.py runs the teacher-forced path against real `tandem serve` replicas.
 """
 
 import asyncio
