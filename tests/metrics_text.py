@@ -18,8 +18,10 @@ def parse(text: str) -> Samples:
     }
 
 
-def scrape(url: str) -> Samples:
-    return parse(httpx.get(url + "/metrics", timeout=60).text)
+def scrape(url: str, token: str | None = None) -> Samples:
+    """A server's /metrics; `token`: the bearer a replica behind a gateway needs (the fleet secret)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return parse(httpx.get(url + "/metrics", headers=headers, timeout=60).text)
 
 
 def value(samples: dict, name: str, **labels: str) -> float:

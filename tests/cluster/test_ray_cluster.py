@@ -131,9 +131,9 @@ def nodes_of(gw: RunningGateway, variant: str | None = None) -> list[str]:
     return [r.node for r in gw.backend.list() if r.node and (variant is None or r.variant == variant)]
 
 
-def served_by(url: str) -> float:
-    """Requests a replica finished (its own /metrics)."""
-    return total(scrape(url), "tandem:request_success_total")
+def served_by(url: str, secret: str) -> float:
+    """Requests a replica finished (its own /metrics, which answers only its gateway's secret)."""
+    return total(scrape(url, secret), "tandem:request_success_total")
 
 
 def completion(url: str, headers: dict[str, str] | None = None, max_tokens: int = 4) -> httpx.Response:
@@ -252,15 +252,15 @@ def test_region_requests_stay_on_the_eu_node_while_it_has_capacity_then_spill_ov
         header = {"x-tandem-region": "eu"}
         for _ in range(4):  # one at a time: the eu replica has room for each
             assert completion(gw.url, header).status_code == 200
-        assert (served_by(eu.url), served_by(us.url)) == (4, 0)
+        assert (served_by(eu.url, gw.fleet_secret), served_by(us.url, gw.fleet_secret)) == (4, 0)
 
         load = Load(gw.url, workers=6, stream=lambda n: True, max_tokens=64, headers=header)
         try:
-            wait_for(lambda: served_by(us.url) >= 2, 90, "eu requests to spill over to us")
+            wait_for(lambda: served_by(us.url, gw.fleet_secret) >= 2, 90, "eu requests to spill over to us")
         finally:
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
-        assert served_by(eu.url) > 4  # eu still served its share
+        assert served_by(eu.url, gw.fleet_secret) > 4  # eu still served its share
         assert gw.errors() == 0
     finally:
         gw.stop()
