@@ -57,6 +57,8 @@ class Relay:
         gw, target = self.gw, self.attempts[-1]
         events = self.first.count(b"data:")
         tail = self.first[-len(SSE_DONE) :]
+        if tail == SSE_DONE:  # the whole answer came in one chunk
+            self.tap.finished(target.variant, gw.clock())
         yield self.first
         try:
             while True:
@@ -67,6 +69,8 @@ class Relay:
                 events += chunk.count(b"data:")
                 tail = (tail + chunk)[-len(SSE_DONE) :]
                 self.tap.feed(chunk, gw.clock())
+                if tail == SSE_DONE:  # the client has it all once this is sent (it may hang up at once)
+                    self.tap.finished(target.variant, gw.clock())
                 yield chunk
             if tail != SSE_DONE:
                 raise StreamTruncated("the replica's stream ended without data: [DONE]")
