@@ -15,10 +15,7 @@ Latency tolerances are loose where the test is not about latency: a few pairs ti
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
@@ -28,20 +25,9 @@ from .harness import MODEL_NAME, REPLICA_ARGS, Load, RunningGateway, metric, wai
 
 pytestmark = pytest.mark.slow
 
-PLUGIN = Path(__file__).parents[1] / "plugins" / "tandem-gate-test-optimizers"
 LOOSE = {"latency_median": 1.0, "latency_p95": 2.0}
 DECIDED = ("passed", "failed", "inconclusive", "done")
 
-
-@pytest.fixture(scope="module")
-def plugins(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(target), str(PLUGIN)],
-        check=True, capture_output=True, timeout=240,
-    )  # fmt: skip
-    return target
 
 
 def deployment(candidate: str, gate: dict, candidate_rates: dict | None = None) -> dict:
