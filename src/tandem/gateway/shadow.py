@@ -38,7 +38,6 @@ import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from tandem.cluster.backend import ReplicaState
 from tandem.gate.config import GateConfig
 from tandem.gate.mirror import ShadowMirror, Ticket
 from tandem.gate.observation import ResponseRecorder
@@ -262,11 +261,6 @@ class GatewayShadow:
             config=asdict(self.config),
         )
         return out
-
-    def ready_candidates(self) -> int:
-        return sum(
-            1 for r in self.dispatcher.backend.list() if r.variant == self.candidate and r.state is ReplicaState.READY
-        )
 
 
 class _GateCollector:
