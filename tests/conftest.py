@@ -1,3 +1,4 @@
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,3 +32,19 @@ def serve_model_dir(tmp_path_factory) -> Path:
     """The tiny random Llama with a 1024-token context (so long streams stay in flight a while): the
     model real `tandem serve` replicas load in the serve, gateway and scheduling tests."""
     return save_tiny("llama", tmp_path_factory.mktemp("serve") / "tiny-serve", max_position_embeddings=1024)
+
+
+GATE_TEST_PLUGINS = Path(__file__).parent / "plugins" / "tandem-gate-test-optimizers"
+
+
+@pytest.fixture(scope="session")
+def plugins(tmp_path_factory) -> Path:
+    """The gate's broken test optimizers installed as their own distribution (found through the
+    `tandem.optimizers` entry point): a folder to put on a replica's PYTHONPATH."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(target), str(GATE_TEST_PLUGINS)],
+        check=True, capture_output=True, timeout=240,
+    )  # fmt: skip
+    return target

@@ -21,18 +21,7 @@ from .helpers import profile
 
 pytestmark = pytest.mark.slow
 
-PLUGIN = Path(__file__).parents[1] / "plugins" / "tandem-gate-test-optimizers"
 
-
-@pytest.fixture(scope="module")
-def plugins(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(target), str(PLUGIN)],
-        check=True, capture_output=True, timeout=240,
-    )  # fmt: skip
-    return target
 
 
 @pytest.fixture(scope="module")

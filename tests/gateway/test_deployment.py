@@ -117,3 +117,38 @@ def test_on_ray_a_replica_reserves_memory_for_the_kv_budget_every_replica_is_giv
         Settings(recipe="int8", policy="capacity", backend="ray", kv_cache_tokens=1024), profile=_profile
     )
     assert small.plans[0].variant.spec().memory_bytes == replica_memory_bytes(_profile("m", "int8", 1), 1024)
+
+
+def test_shadow_flags_add_the_candidate_variant_and_its_gate():
+    """--shadow RECIPE: a one-replica candidate of that recipe and a gate over it; under a policy that
+    needs no Profiles, the gate's two variants are still measured (the cost verdict reads them)."""
+    calls = []
+
+    def profile(model, recipe, threads):
+        calls.append(recipe)
+        return _profile(model, recipe, threads)
+
+    settings = Settings(recipe="baseline", policy="hpa", threads=1, shadow="int8+ngram", shadow_fraction=0.5)
+    assert settings.gateway_mode
+    d = deployment_from_settings(settings, profile=profile)
+    candidate = next(p for p in d.plans if p.variant.name == "int8-ngram")
+    assert candidate.variant.recipe == "int8+ngram" and candidate.limits.min_replicas == 1
+    assert d.gate is not None and d.gate.candidate == "int8-ngram" and d.gate.fraction == 0.5
+    assert d.primary == "baseline" and sorted(calls) == ["baseline", "int8+ngram"]
+
+
+def test_a_gate_block_in_the_file_with_prices_and_bad_shadow_flags(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "variants:\n  - {name: a, recipe: baseline}\n  - {name: b, recipe: int8, usd_per_hour: 0.05}\n"
+        "policy: {name: hpa}\ngate: {candidate: b, min_samples: {latency: 10}, auto_promote: false}\n"
+    )
+    d = deployment_from_settings(Settings(deployment=str(path), shadow_fraction=0.1), profile=_profile)
+    assert d.gate.candidate == "b" and d.gate.fraction == 0.1 and d.gate.min_latency_samples == 10
+    assert not d.gate.auto_promote and d.variants["b"].usd_per_hour == 0.05 and d.variants["a"].usd_per_hour is None
+    with pytest.raises(DeploymentError, match="is the primary's recipe"):
+        deployment_from_settings(Settings(recipe="int8", policy="hpa", shadow="int8"), profile=_profile)
+    with pytest.raises(DeploymentError, match="--shadow-fraction needs --shadow"):
+        deployment_from_settings(Settings(recipe="int8", policy="hpa", shadow_fraction=0.3), profile=_profile)
+    result = CliRunner().invoke(serve, ["--recipe", "int8", "--policy", "hpa", "--shadow-fraction", "2"])
+    assert result.exit_code == 2 and "--shadow-fraction" in result.output

@@ -43,7 +43,7 @@ __all__ = [
 ENV_PREFIX = "TANDEM_"
 # Any of these, from any source, makes `tandem serve` a gateway in front of replicas.
 GATEWAY_MODE_FIELDS = (
-    "deployment", "replicas_min", "replicas_max", "policy", "fallback", "regions", "backend", "ray_address",
+    "deployment", "replicas_min", "replicas_max", "policy", "fallback", "regions", "backend", "ray_address", "shadow",
 )  # fmt: skip
 
 
@@ -126,6 +126,8 @@ class Settings(BaseModel):
     stream_idle_timeout: float = Field(30.0, gt=0)  # the longest pause between a stream's chunks
     backend: Literal["local", "ray"] | None = None  # where replicas run (default: the file's, else local)
     ray_address: str | None = Field(None, min_length=1)  # implies the ray backend; default: as ray.init finds one
+    shadow: str | None = Field(None, min_length=1)  # a candidate recipe on shadow traffic, judged by the gate
+    shadow_fraction: float | None = Field(None, gt=0, le=1)  # share of requests mirrored to it (default: 0.2)
 
     @field_validator("regions", mode="before")
     @classmethod

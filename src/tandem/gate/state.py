@@ -179,6 +179,14 @@ class Gate:
             logger.exception("the gate could not judge %s", self.candidate.name)
             return evidence, None, exc
 
+    def abandon(self, now: float, reason: str) -> Decision | None:
+        """Stop shadowing for a cause outside the evidence (the candidate never starts): FAILED, fail closed."""
+        with self._lock:
+            if self.state is not GateState.SHADOWING:
+                return None
+            evidence, _, _ = self._judge()  # the picture so far, for the record
+            return self._move(now, GateState.FAILED, reason, self.verdict, evidence)
+
     def promote_now(self, now: float) -> Decision:
         """An operator's go after a PASS without auto-promotion."""
         with self._lock:

@@ -1,6 +1,8 @@
 """The operator API: what runs and why (`GET /admin/replicas`), switch the primary traffic to another
 recipe or variant (`POST /admin/use`, a `Controller.use()` rollout: zero failed requests) and follow it
-(`GET /admin/rollout`). Guarded by the API key when one is set (tandem.edge.auth).
+(`GET /admin/rollout`), the validation gate's state, numbers and decisions (`GET /admin/gate`) and an
+operator's go after a PASS without auto_promote (`POST /admin/gate/promote`). Guarded by the API key
+when one is set (tandem.edge.auth).
 
 `POST /admin/use` takes `{"variant": NAME}` (a variant of the deployment, or one served before: a
 roll-back) or `{"recipe": R}` (a new variant of the primary's model and settings, named after R),
@@ -183,6 +185,24 @@ def build_admin_router(gw: Gateway) -> APIRouter:
     async def rollout() -> dict:
         """The current (or last) rollout: phase, traffic weight, replicas ready; or what is being prepared."""
         return rollout_view(gw, await asyncio.to_thread(gw.controller.snapshot))
+
+    @router.get("/gate")
+    async def gate() -> dict:
+        """The validation gate: state, samples, per-metric statistics and verdicts, decisions with evidence."""
+        if gw.shadow is None:
+            raise APIError(404, "this gateway has no validation gate (no gate: block, no --shadow)", code="no_gate")
+        return await asyncio.to_thread(gw.shadow.view)
+
+    @router.post("/gate/promote", status_code=202, response_model=None)
+    async def promote() -> JSONResponse:
+        """Promote the gate's candidate after a PASS (when auto_promote is off): the rollout of `use`."""
+        if gw.shadow is None:
+            raise APIError(404, "this gateway has no validation gate (no gate: block, no --shadow)", code="no_gate")
+        try:
+            decision = await asyncio.to_thread(gw.shadow.promote_now, gw.clock())
+        except ValueError as exc:
+            raise APIError(409, str(exc), code="gate_not_passed") from None
+        return JSONResponse(decision.to_dict(), status_code=202)
 
     @router.post("/use", status_code=202, response_model=None)
     async def use(request: UseRequest) -> JSONResponse:

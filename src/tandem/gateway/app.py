@@ -54,6 +54,11 @@ async def control_loop(gw: Gateway, stop: asyncio.Event, on_fatal: Callable[[str
             await asyncio.to_thread(gw.controller.tick)
         except Exception:
             logger.exception("controller tick failed")
+        if gw.shadow is not None:  # the gate judges on the same tick (its bootstrap runs off the loop)
+            try:
+                await asyncio.to_thread(gw.shadow.tick, gw.clock())
+            except Exception:
+                logger.exception("the gate's tick failed")
         # Right after the tick, so a replica that just became ready is described by its own report at once.
         await poll_loads(gw)
         gw.notify()
@@ -104,6 +109,8 @@ def create_gateway_app(
             # Every request to a replica carries the fleet's secret (the client's own key stays here).
             headers={"Authorization": f"Bearer {gw.fleet_secret}"} if gw.fleet_secret else None,
         )
+        if gw.shadow is not None:
+            gw.shadow.start(gw.client)
         stop = asyncio.Event()
         task = asyncio.create_task(control_loop(gw, stop, on_fatal or (lambda message: None)))
         try:
@@ -115,6 +122,8 @@ def create_gateway_app(
             return
         stop.set()
         await task
+        if gw.shadow is not None:
+            await gw.shadow.aclose()
         await asyncio.to_thread(stop_replicas, gw.backend)
         await gw.client.aclose()
 

@@ -41,5 +41,6 @@ def serve_gateway(settings: Settings) -> int:
         first_byte_timeout_s=settings.first_byte_timeout,
         stream_idle_timeout_s=settings.stream_idle_timeout,
         fleet_secret=secret,
+        gate_log_dir=log_dir,
     )
     return run_gateway(gw, settings, log_dir=str(log_dir), backend=where)

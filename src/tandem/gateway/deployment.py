@@ -22,6 +22,7 @@ from tandem.schedule.deployment import (
     apply_flags,
     parse_deployment,
     read_deployment_file,
+    variant_name,
 )
 from tandem.schedule.profiles import cached_profile
 from tandem.schedule.variant import replica_memory_bytes
@@ -35,6 +36,15 @@ REPLICA_SETTINGS = (
 )  # fmt: skip
 
 ProfileSource = Callable[[str | None, str | None, int | None], Profile]
+
+
+def _gated(out: dict[str, Any]) -> set[str]:
+    """The primary and the candidate when a gate is configured and the policy is not capacity (else none)."""
+    gate = out.get("gate")
+    if not isinstance(gate, dict) or (out.get("policy") or {}).get("name", "capacity") == "capacity":
+        return set()
+    variants = out["variants"]
+    return {out.get("primary") or variants[0].get("name"), gate.get("candidate")}
 
 
 def replica_args(settings: Settings) -> list[str]:
@@ -62,6 +72,33 @@ def _backend(raw: Any, settings: Settings) -> dict[str, Any] | None:
     return backend
 
 
+def _shadow(out: dict[str, Any], settings: Settings) -> None:
+    """--shadow RECIPE [--shadow-fraction F] over the file's `gate:` block: the candidate variant (the
+    primary's model and settings, one replica) and the gate that judges it."""
+    if settings.shadow is None:
+        if settings.shadow_fraction is not None:
+            if not isinstance(out.get("gate"), dict):
+                raise DeploymentError("--shadow-fraction needs --shadow RECIPE or a gate: block in the deployment file")
+            out["gate"] = {**out["gate"], "fraction": settings.shadow_fraction}
+        return
+    variants = out["variants"]
+    primary = out.get("primary") or variants[0]["name"]
+    match = next((v for v in variants if v.get("recipe") == settings.shadow and v.get("name") != primary), None)
+    if match is None:
+        if any(v.get("name") == primary and v.get("recipe") == settings.shadow for v in variants):
+            raise DeploymentError(f"--shadow: {settings.shadow!r} is the primary's recipe; shadow another one")
+        name, n = variant_name(settings.shadow), 1
+        while any(v.get("name") == name for v in variants):
+            n += 1
+            name = f"{variant_name(settings.shadow)}-{n}"
+        match = {"name": name, "recipe": settings.shadow, "replicas": {"min": 1, "max": 1}}
+        variants.append(match)
+    gate = {**(out.get("gate") or {}), "candidate": match["name"]}
+    if settings.shadow_fraction is not None:
+        gate["fraction"] = settings.shadow_fraction
+    out["gate"] = gate
+
+
 def deployment_from_settings(settings: Settings, profile: ProfileSource = cached_profile) -> Deployment:
     """The deployment `tandem serve` runs in gateway mode.
 
@@ -81,6 +118,7 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource = cached
         replicas_min=settings.replicas_min, replicas_max=settings.replicas_max, policy=settings.policy,
         fallback=settings.fallback,
     )  # fmt: skip
+    _shadow(out, settings)
     if settings.regions:
         out["regions"] = list(settings.regions)
     backend = _backend(out.get("backend"), settings)
@@ -98,9 +136,11 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource = cached
     for variant in out["variants"]:
         if extra:
             variant["args"] = [*(variant.get("args") or []), *extra]
-    if (out.get("policy") or {}).get("name", "capacity") == "capacity":
+    # The capacity policy sizes every variant by its Profile; the gate prices its two by theirs.
+    gated = _gated(out)
+    if gated or (out.get("policy") or {}).get("name", "capacity") == "capacity":
         for variant in out["variants"]:
-            if variant.get("profile") is None:
+            if variant.get("profile") is None and (not gated or variant.get("name") in gated):
                 measured = profile(
                     variant.get("model", out.get("model")),
                     variant.get("recipe"),

@@ -1,7 +1,7 @@
 """The gateway's flags on `tandem serve` (click only: `tandem --help` imports this and nothing heavy).
 
-Any of --deployment, --replicas-min, --replicas-max, --policy, --fallback, --regions, --backend or
---ray-address (from a flag, the config file or a TANDEM_* variable) makes `tandem serve` a gateway;
+Any of --deployment, --replicas-min, --replicas-max, --policy, --fallback, --regions, --backend,
+--ray-address or --shadow (from a flag, the config file or a TANDEM_* variable) makes `tandem serve` a gateway;
 the others tune one.
 """
 
@@ -71,6 +71,19 @@ _OPTIONS = [
         type=click.FloatRange(min=0, min_open=True),
         default=None,
         help="Gateway: the longest pause between a stream's chunks.  [default: 30]",
+    ),
+    click.option(
+        "--shadow",
+        default=None,
+        metavar="RECIPE",
+        help="Gateway: mirror a share of live requests to a candidate variant of RECIPE and let the validation "
+        "gate judge it (latency, accuracy, unit cost); on PASS it is promoted.",
+    ),
+    click.option(
+        "--shadow-fraction",
+        type=click.FloatRange(min=0, max=1, min_open=True),
+        default=None,
+        help="Gateway: share of requests mirrored to the --shadow candidate.  [default: 0.2]",
     ),
     click.option(
         "--print-deployment-schema",

@@ -20,6 +20,7 @@ from fastapi.responses import StreamingResponse
 from tandem.edge.errors import error_body
 from tandem.edge.streams import SSE_DONE, sse
 from tandem.gateway.liveness import Unresponsive
+from tandem.gateway.shadow import NO_TAP, Tap
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
 from tandem.schedule.fallback import ErrorEvent, FailureKind
@@ -40,20 +41,24 @@ def failure_kind(exc: BaseException) -> FailureKind:
 
 
 class Relay:
-    """`finish(status)` is called once the stream ended, however it ended (the request's metrics)."""
+    """`finish(status)` is called once the stream ended, however it ended (the request's metrics);
+    `tap` records the chunks for the gate's pair when the request is mirrored (the first chunk is fed
+    by whoever read it)."""
 
     def __init__(
         self, gw: Gateway, upstream: httpx.Response, first: bytes, chunks: AsyncIterator[bytes],
-        attempts: list[Target], prompt_tokens: int, finish: Callable[[int], None],
+        attempts: list[Target], prompt_tokens: int, finish: Callable[[int], None], tap: Tap = NO_TAP,
     ) -> None:  # fmt: skip
         self.gw, self.upstream, self.first, self.chunks = gw, upstream, first, chunks
-        self.attempts, self.prompt_tokens, self.finish = attempts, prompt_tokens, finish
+        self.attempts, self.prompt_tokens, self.finish, self.tap = attempts, prompt_tokens, finish, tap
         self.settled = False
 
     async def body(self) -> AsyncIterator[bytes]:
         gw, target = self.gw, self.attempts[-1]
         events = self.first.count(b"data:")
         tail = self.first[-len(SSE_DONE) :]
+        if tail == SSE_DONE:  # the whole answer came in one chunk
+            self.tap.finished(target.variant, gw.clock())
         yield self.first
         try:
             while True:
@@ -63,6 +68,9 @@ class Relay:
                     break
                 events += chunk.count(b"data:")
                 tail = (tail + chunk)[-len(SSE_DONE) :]
+                self.tap.feed(chunk, gw.clock())
+                if tail == SSE_DONE:  # the client has it all once this is sent (it may hang up at once)
+                    self.tap.finished(target.variant, gw.clock())
                 yield chunk
             if tail != SSE_DONE:
                 raise StreamTruncated("the replica's stream ended without data: [DONE]")
@@ -71,6 +79,7 @@ class Relay:
             decision = gw.dispatcher.failed(self.attempts, failure_kind(exc), first_byte_sent=True)
             gw.requests.stream_errors.labels(target.variant).inc()
             logger.warning("stream from %s broke mid-way: %s", target.replica_id, exc)
+            self.tap.finished(target.variant, gw.clock(), error=f"the stream broke mid-way: {exc}")
             if isinstance(decision, ErrorEvent):
                 message, code = decision.message, decision.code
             else:
@@ -79,11 +88,13 @@ class Relay:
             return
         self.settled = True
         gw.dispatcher.succeeded(target, self.prompt_tokens, max(events - 1, 0))  # minus the [DONE] event
+        self.tap.finished(target.variant, gw.clock())  # the client has it all
 
     async def close(self) -> None:
         if not self.settled:  # the client went away
             self.settled = True
             self.gw.dispatcher.abandoned(self.attempts[-1])
+            self.tap.cancel()
         await self.upstream.aclose()
         self.finish(self.upstream.status_code)
 

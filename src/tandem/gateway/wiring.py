@@ -32,6 +32,7 @@ from tandem.edge.settings import Settings, settings_environment, settings_variab
 from tandem.gateway.deployment import ProfileSource
 from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
+from tandem.gateway.shadow import GatewayShadow
 from tandem.schedule.breaker import BreakerBoard
 from tandem.schedule.controller import Controller
 from tandem.schedule.deployment import Deployment
@@ -100,6 +101,7 @@ class Gateway:
     draining: bool = False  # SIGTERM: admitting nothing new; waiting requests get 503
     fatal: str | None = None  # the primary can never start: the process exits non-zero with this
     pending: PendingUse | None = None
+    shadow: GatewayShadow | None = None  # the validation gate's shadow traffic, when the deployment has a gate
     _changed: asyncio.Event | None = field(default=None, repr=False)
 
     def ready(self) -> bool:
@@ -139,10 +141,13 @@ def build_gateway(
     fleet_secret: str | None = None,
     profile: ProfileSource = cached_profile,
     registry: CollectorRegistry | None = None,
+    gate_log_dir: Path | None = None,
 ) -> Gateway:
-    """Wire the scheduling layer: backend, loads, demand, metrics, controller, dispatcher.
+    """Wire the scheduling layer: backend, loads, demand, metrics, controller, dispatcher, and the
+    validation gate's shadow traffic when the deployment has a `gate:` block.
 
     `fleet_secret`: the secret the backend gave the replicas (local_backend); None: replicas need none.
+    `gate_log_dir`: where the gate appends its pairs and decisions as JSON lines (None: kept in memory only).
     """
     rng = rng or random.Random()
     backend = backend or LocalBackend(spawn=popen_spawner(default_log_dir()))
@@ -179,12 +184,22 @@ def build_gateway(
         on_declare=lambda replica_id: inflight.mark_unreachable(replica_id, for_s=math.inf),
         on_revive=inflight.mark_reachable,
     )
+    shadow = None
+    if deployment.gate is not None:
+        if gate_log_dir is not None:
+            gate_log_dir.mkdir(parents=True, exist_ok=True)
+        shadow = GatewayShadow(
+            deployment.gate, controller=controller, dispatcher=dispatcher, variants=deployment.variants, clock=clock,
+            registry=registry, sample=rng.random,
+            pairs_file=gate_log_dir / "gate-pairs.jsonl" if gate_log_dir is not None else None,
+            decisions_file=gate_log_dir / "gate-decisions.jsonl" if gate_log_dir is not None else None,
+        )  # fmt: skip
     return Gateway(
         deployment, backend, controller, dispatcher, inflight, demand, metrics, GatewayMetrics(registry), registry,
         variants=dict(deployment.variants), transport=transport, buffer_timeout_s=buffer_timeout_s,
         read_timeout_s=read_timeout_s, shutdown_timeout_s=shutdown_timeout_s,
         first_byte_timeout_s=first_byte_timeout_s, stream_idle_timeout_s=stream_idle_timeout_s,
-        fleet_secret=fleet_secret, liveness=liveness, clock=clock, profile=profile,
+        fleet_secret=fleet_secret, liveness=liveness, clock=clock, profile=profile, shadow=shadow,
     )  # fmt: skip
 
 

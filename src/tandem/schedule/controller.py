@@ -173,6 +173,20 @@ class Controller:
             logger.info("rollout %s -> %s: starting %d replicas", self.primary, variant.name, self.rollout.target)
             return self.rollout
 
+    def retire(self, name: str) -> None:
+        """Stop keeping replicas of `name` (a candidate the gate failed): they drain, then stop."""
+        with self._lock:
+            rollout = self.rollout
+            busy = rollout is not None and not rollout.finished and name in (rollout.old, rollout.new)
+            if name == self.primary or busy:
+                raise ValueError(f"{name!r} serves traffic; it cannot be retired")
+            self.pools.pop(name, None)
+            self.states.pop(name, None)
+            now = self.clock()
+            live = [r for r in self.backend.list() if r.variant == name and r.live]
+            self._remove(live, now, TickReport(now))
+            logger.info("%s retired: %d replicas drain", name, len(live))
+
     # --- the loop ----------------------------------------------------------------------------
     def tick(self) -> TickReport:
         with self._lock:

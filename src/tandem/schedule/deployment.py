@@ -21,7 +21,12 @@ breaker: {consecutive_failures: 5, failure_ratio: 0.5, window_s: 30, open_s: 10}
 retries: {max_attempts: 3}
 controller: {drain_timeout_s: 120, start_timeout_s: 300}
 backend: {name: ray, address: auto}  # where replicas run: local processes (default) or a Ray cluster
+gate: {candidate: fast, fraction: 0.2}  # shadow traffic to a candidate variant (tandem.gate.config)
 ```
+
+A variant may give its price, `usd_per_hour: 0.2` per replica-hour (the gate's unit cost; default:
+the pinned price in tandem.pricing). The gate's candidate must be another variant than the primary
+and the fallback, and keep a replica while it shadows (`replicas.min >= 1`).
 
 On Ray a variant may also say what each replica reserves on its node:
 `resources: {memory: 2GiB, accelerators: 1, accelerator_type: A100}` (memory default: from its Profile).
@@ -58,6 +63,7 @@ from pydantic import (
 
 from tandem.contracts import Profile
 from tandem.edge.files import ConfigError, describe_errors, load_mapping, unknown_key
+from tandem.gate.config import GateConfig, GateSettings
 from tandem.schedule.breaker import BreakerConfig
 from tandem.schedule.controller import ControllerConfig, Pool
 from tandem.schedule.fallback import FallbackPlan
@@ -156,6 +162,9 @@ class _Variant(_Strict):
     replicas: _Replicas = _Replicas()
     args: list[str] = Field([], description="More `tandem serve` flags for each replica, verbatim.")
     resources: _Resources = Field(_Resources(), description="What each replica reserves on its node (Ray).")
+    usd_per_hour: float | None = Field(
+        None, gt=0, description="Price of one replica-hour, for the gate's unit cost (default: tandem's pinned price)."
+    )
 
 
 class _Policy(_Strict):
@@ -208,6 +217,7 @@ class _File(_Strict):
     retries: _Retries = _Retries()
     controller: dict[str, Any] = Field({}, description="ControllerConfig fields (timeouts, restart backoff).")
     backend: _Backend = Field(_Backend(), description="Where replicas run.")
+    gate: GateSettings | None = Field(None, description="Shadow traffic to a candidate variant, and its gate.")
 
 
 def deployment_schema() -> dict[str, Any]:
@@ -245,6 +255,7 @@ class Deployment:
     controller: ControllerConfig
     max_attempts: int
     backend: BackendPlan = BackendPlan()
+    gate: GateConfig | None = None  # a candidate on shadow traffic, judged by tandem.gate
 
     @property
     def variants(self) -> dict[str, Variant]:
@@ -339,9 +350,12 @@ def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
             memory_bytes=parse_bytes(v.resources.memory) if v.resources.memory is not None else None,
             accelerators=v.resources.accelerators,
             accelerator_type=v.resources.accelerator_type,
+            usd_per_hour=v.usd_per_hour,
         )
         plans.append(VariantPlan(variant, limits, tuple(v.regions or spec.regions)))
 
+    if spec.gate is not None:
+        _check_gate(spec, names, primary)
     router_params = dict(spec.router.params)
     try:
         make_router(spec.router.name, None, **router_params)
@@ -360,7 +374,21 @@ def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
         controller=_dataclass(ControllerConfig, spec.controller, "controller"),
         max_attempts=spec.retries.max_attempts,
         backend=BackendPlan(spec.backend.name, spec.backend.address),
+        gate=spec.gate.to_config() if spec.gate is not None else None,
     )
+
+
+def _check_gate(spec: _File, names: list[str], primary: str) -> None:
+    assert spec.gate is not None
+    candidate = spec.gate.candidate
+    if candidate not in names:
+        raise DeploymentError(f"gate.candidate: no variant is called {candidate!r} (variants: {', '.join(names)})")
+    for role, name in (("primary", primary), ("fallback", spec.fallback)):
+        if candidate == name:
+            raise DeploymentError(f"gate.candidate: {candidate!r} is the {role}; the candidate must be another variant")
+    if spec.variants[names.index(candidate)].replicas.min < 1:
+        index = names.index(candidate)
+        raise DeploymentError(f"variants[{index}].replicas.min: the gate's candidate must keep a replica (min >= 1)")
 
 
 def read_deployment_file(path: str | Path) -> dict[str, Any]:

@@ -42,6 +42,7 @@ class Variant:
     memory_bytes: int | None = None  # reserved per replica; None: from the Profile (none without one)
     accelerators: float = 0.0  # accelerators (GPUs) per replica
     accelerator_type: str | None = None  # a kind of accelerator ("A100"), where the cluster has several
+    usd_per_hour: float | None = None  # price of one replica-hour (the gate's unit cost); None: tandem's pinned default
 
     def __post_init__(self) -> None:
         if not self.name or self.recipe == "":
