@@ -110,7 +110,7 @@ def test_a_corrupt_candidate_fails_accuracy(tmp_path, plugins, profiles):
 
 def test_a_slow_candidate_fails_latency(tmp_path, plugins, profiles):
     proc, result = gate(
-        tmp_path, "--incumbent", "baseline", "--candidate", "slow-steps(delay_ms=30)", "--requests", "12",
+        tmp_path, "--incumbent", "baseline", "--candidate", "slow-steps(delay_ms=80)", "--requests", "12",
         "--min-samples", "10", "--incumbent-profile", str(profiles["same"]), "--candidate-profile",
         str(profiles["same"]), plugins=plugins,
     )  # fmt: skip
