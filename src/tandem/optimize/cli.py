@@ -121,6 +121,19 @@ def _write_profile(profile, output: str | None) -> None:
     click.echo(text)
 
 
+def _hf_rows(asked: bool | None, console) -> bool:
+    """Whether to run transformers' rows: as asked, else when transformers is installed (it is optional)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        return asked is not False
+    if asked:
+        raise click.ClickException("--hf needs transformers (pip install transformers), which is not installed")
+    if asked is None:
+        console.print("note: transformers is not installed, so the hf-* rows are skipped (pip install transformers)")
+    return False
+
+
 @click.command("bench")
 @click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
 @click.option("--recipes", default="baseline,int8,ngram,speculative", show_default=True, help="comma-separated")
@@ -132,7 +145,12 @@ def _write_profile(profile, output: str | None) -> None:
     help="machine price for the cost column (default: a pinned c7a.large price)",
 )
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--hf/--no-hf", "hf_rows", default=True, show_default=True, help="include transformers rows")
+@click.option(
+    "--hf/--no-hf",
+    "hf_rows",
+    default=None,
+    help="include transformers rows (default: when transformers is installed; --hf requires it)",
+)
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -159,6 +177,7 @@ def bench_command(
     from tandem.optimize.bench_workers import BenchWorkerError
 
     console = Console(stderr=True)
+    hf_rows = _hf_rows(hf_rows, console)
     price, source = (usd_per_hour, "given with --usd-per-hour") if usd_per_hour else DEFAULT_PRICE
     recipe_list = [r.strip() for r in recipes.split(",") if r.strip()]
     try:
