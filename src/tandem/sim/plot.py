@@ -10,23 +10,14 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
+from tandem.plotting import PlotUnavailable, pyplot
 from tandem.sim.experiment import PairResult
 
 __all__ = ["PlotUnavailable", "plot_png"]
 
 
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
-
-
 def plot_png(results: Sequence[PairResult], title: str) -> bytes:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'tandem[plots]'") from None
+    plt = pyplot()
 
     policies = list(dict.fromkeys(r.policy for r in results))
     variants = list(dict.fromkeys(r.variant.name for r in results))
