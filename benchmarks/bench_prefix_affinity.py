@@ -46,7 +46,7 @@ CONFIGS = {
 def system_prompts(count: int, tokens: int) -> list[str]:
     """`count` system prompts of about `tokens` tokens: windows of different held-out files."""
     from tandem.model import Tokenizer, default_model_dir
-    from tandem.optimize.workload import heldout_texts
+    from tandem.workload import heldout_texts
 
     tokenizer = Tokenizer(default_model_dir())
     prompts = []

@@ -6,7 +6,9 @@ the one line that says how to install it.
 
 from __future__ import annotations
 
-__all__ = ["PlotUnavailable", "pyplot"]
+import io
+
+__all__ = ["PlotUnavailable", "png_bytes", "pyplot"]
 
 
 class PlotUnavailable(RuntimeError):
@@ -22,3 +24,13 @@ def pyplot():
     except ImportError:
         raise PlotUnavailable("--plot needs matplotlib: pip install 'tandem[plots]'") from None
     return plt
+
+
+def png_bytes(figure, title: str, dpi: int = 110) -> bytes:
+    """The figure, titled and laid out, as PNG bytes; the figure is closed (pyplot keeps open ones)."""
+    figure.suptitle(title)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    pyplot().close(figure)
+    return buffer.getvalue()

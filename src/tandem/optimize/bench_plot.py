@@ -3,9 +3,7 @@ latency percentiles, from the rows `rows_as_json` makes."""
 
 from __future__ import annotations
 
-import io
-
-from tandem.plotting import pyplot
+from tandem.plotting import png_bytes, pyplot
 
 __all__ = ["bench_png"]
 
@@ -34,9 +32,4 @@ def bench_png(results: list[dict], title: str) -> bytes:
     latency.legend(fontsize="small", loc="lower right")
     for ax in (rate, latency):
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, title)

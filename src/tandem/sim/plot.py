@@ -7,10 +7,9 @@ TPOT SLO (prefill plus decode work, `sizing.demand_series`). matplotlib is an op
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
-from tandem.plotting import PlotUnavailable, pyplot
+from tandem.plotting import PlotUnavailable, png_bytes, pyplot
 from tandem.sim.experiment import PairResult
 
 __all__ = ["PlotUnavailable", "plot_png"]
@@ -37,9 +36,4 @@ def plot_png(results: Sequence[PairResult], title: str) -> bytes:
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper right", fontsize="small", ncol=2)
     axes[-1, 0].set_xlabel("minutes")
-    fig.suptitle(title)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, title)
