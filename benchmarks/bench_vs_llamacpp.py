@@ -4,7 +4,7 @@ with 64-token prompts and batch 8 with 1536-token prompts, and prefill of a 512-
     .venv/bin/python benchmarks/bench_vs_llamacpp.py [--peer /tmp/peer] [--build] [--rounds 3]
 
 The peer is llama.cpp's `llama-batched-bench` and the model as GGUF f32/bf16/q8_0, built by
-../shared/tools/peer/build.sh (about 10 minutes on 2 cores; `--build` runs it). Without it this
+benchmarks/peer/build.sh (about 10 minutes on 2 cores; `--build` runs it). Without it this
 prints how to build it and exits 0 (skipped). Measured as that folder's compare.py measures: 64 new
 tokens per sequence, 2 threads, llama.cpp's decode rate S_TG against tandem's rate once every
 sequence is prefilled; prefill is llama.cpp's S_PP against tandem's time to the first token.
@@ -38,7 +38,7 @@ from tandem.optimize.profile import decode_rate, synthetic_prompt
 
 RECIPES = "baseline,bf16,int8,int4,int8+kv-bf16,int4+kv-bf16"
 PEER_TYPES = ("f32", "bf16", "q8_0")
-BUILD_SCRIPT = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "peer" / "build.sh"
+BUILD_SCRIPT = Path(__file__).resolve().parent / "peer" / "build.sh"
 NEW_TOKENS = 64
 FALLBACKS: set[str] = set()  # GGUFs whose default run crashed and were measured with -nr
 console = Console()

@@ -22,3 +22,45 @@ def test_the_python_api_example_runs_as_written():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip(), "the example printed nothing"
+
+
+ROOT = README.parents[0]
+# Where a path the README names may live: from the repository root, or (a module, `tandem/x.py`,
+# `sim/replica.py`) inside the package's source.
+BASES = (ROOT, ROOT / "src", ROOT / "src" / "tandem")
+TOP_LEVEL = {p.name for p in ROOT.iterdir()} - {".git", ".venv", "build"}
+FILE_SUFFIXES = (".py", ".json", ".md", ".yaml", ".yml", ".csv", ".sh", ".png", ".html", ".toml", ".c")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0")
+
+
+def _mentioned_paths(text: str) -> set[str]:
+    """Code spans that name a file or folder of this repository by a relative path: its first part is
+    one of the repository's top-level entries, or it names a file (by its suffix). Bare file names
+    (`load_test.json`, beside a folder named just before) are left out."""
+    paths = set()
+    for span in re.findall(r"`([^`\s]+)`", text):
+        path = span.rstrip(".,:;")
+        if path.startswith(("/", "~", "$", "http")) or "/" not in path:
+            continue
+        first = path.split("/", 1)[0]
+        if first in TOP_LEVEL or path.endswith(FILE_SUFFIXES):
+            paths.add(path)
+    return paths
+
+
+def test_every_path_the_readme_names_is_in_the_repository():
+    paths = _mentioned_paths(README.read_text())
+    assert len(paths) > 30, f"the README's paths were not found: {sorted(paths)}"
+    missing = sorted(p for p in paths if not any(any(base.glob(p)) for base in BASES))
+    assert not missing, f"README names paths that are not in the repository: {missing}"
+
+
+def test_no_readme_link_leaves_the_repository():
+    text = README.read_text()
+    assert not re.findall(r"\.\./", text), "a path outside the repository (../)"
+    links = re.findall(r"\]\(([^)]+)\)", text)  # markdown links: inside the repository only
+    assert not [link for link in links if not any((base / link.split("#")[0]).exists() for base in BASES)]
+    urls = re.findall(r"https?://([^/\s`'\")]+)", text)
+    assert urls, "the README's curl examples were not found"
+    outside = [host for host in urls if host.split(":")[0] not in LOCAL_HOSTS]
+    assert not outside, f"links that leave the repository: {outside}"

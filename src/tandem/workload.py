@@ -11,13 +11,13 @@ is kept. Prompt text is held-out Python (never trained on), so speculation sees 
 
 from __future__ import annotations
 
-import csv
 import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from tandem.data.bundled import heldout_sample_path
+from tandem.data.traces import read_trace
 
 __all__ = ["BenchRequest", "load_workload", "default_trace_path", "heldout_texts"]
 
@@ -46,14 +46,7 @@ def heldout_texts() -> list[str]:
 
 
 def _trace_lengths(path: Path) -> list[tuple[int, int]]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: trace not found (expected the Azure LLM conversation trace CSV)")
-    with path.open(newline="") as handle:
-        rows = csv.DictReader(handle)
-        try:
-            return [(int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in rows]
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"{path}: expected columns ContextTokens,GeneratedTokens ({exc})") from None
+    return [(prompt, output) for _, prompt, output in read_trace(path, timed=False)]
 
 
 def load_workload(

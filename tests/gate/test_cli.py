@@ -161,6 +161,10 @@ def test_bad_input_exits_3_with_one_line(tmp_path, profiles):
     )
     proc, _ = gate(tmp_path, "--incumbent", "baseline")
     assert proc.returncode == 3 and "Missing option '--candidate'" in proc.stderr
+    bad_trace = tmp_path / "trace.csv"
+    bad_trace.write_text("ContextTokens,Generated\n10,5\n")
+    proc, _ = gate(tmp_path, "--incumbent", "baseline", "--candidate", "int8", "--trace", str(bad_trace))
+    assert proc.returncode == 3 and "missing column(s) GeneratedTokens" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

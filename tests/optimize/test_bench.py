@@ -1,8 +1,13 @@
 """tandem bench: every recipe and the transformers rows on one workload; JSON in the documented shape."""
 
+import io
 import json
+import sys
 
+import click
+import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from tandem.cli import cli
 from tandem.model import load_model
@@ -73,3 +78,52 @@ def test_a_row_that_fails_in_its_worker_is_a_clear_error(tiny_llama_dir, tmp_pat
     )
     assert result.exit_code == 1
     assert "bench row 'speculative(draft=" in result.output and "no-such-draft" in result.output
+
+
+def test_bench_reads_a_given_trace_and_plots(tiny_llama_dir, tmp_path):
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("ContextTokens,GeneratedTokens\n40,9\n80,9\n")
+    out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
+    result = CliRunner().invoke(
+        cli,
+        ["bench", "--model", str(tiny_llama_dir), "--recipes", "baseline,int8", "--no-hf", "--requests", "3"]
+        + ["--repeats", "1", "--trace", str(trace), "--json", str(out), "--plot", str(plot)],
+    )
+    assert result.exit_code == 0, result.output
+    results = json.loads(out.read_text())["results"]
+    # Every request from the two-row trace: 9 output tokens scaled to the tiny model's context, at least 8.
+    assert [r["recipe"] for r in results] == ["baseline", "int8"]
+    assert results[0]["output_tokens"] == results[1]["output_tokens"] >= 3 * 8
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "no such trace file"), ("prompt,output\n1,2\n", "missing column(s) ContextTokens, GeneratedTokens")],
+)
+def test_a_missing_or_malformed_trace_is_one_line_and_exit_1(tiny_llama_dir, tmp_path, content, message):
+    trace = tmp_path / "trace.csv"
+    if content is not None:
+        trace.write_text(content)
+    result = CliRunner().invoke(cli, ["bench", "--model", str(tiny_llama_dir), "--no-hf", "--trace", str(trace)])
+    assert result.exit_code == 1 and message in result.output and str(trace) in result.output
+    assert "Traceback" not in result.output
+
+
+def test_without_matplotlib_plot_is_one_line_before_anything_runs(tiny_llama_dir, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    result = CliRunner().invoke(cli, ["bench", "--model", str(tiny_llama_dir), "--plot", str(tmp_path / "b.png")])
+    assert result.exit_code == 1 and "--plot needs matplotlib: pip install 'tandem[plots]'" in result.output
+
+
+def test_without_transformers_its_rows_skip_with_a_note_and_hf_is_refused(monkeypatch):
+    from tandem.optimize.cli import _hf_rows
+
+    console = Console(file=io.StringIO())
+    monkeypatch.setitem(sys.modules, "transformers", None)  # find_spec now says it is not installed
+    assert _hf_rows(None, console) is False and "hf-* rows are skipped" in console.file.getvalue()
+    assert _hf_rows(False, console) is False
+    with pytest.raises(click.ClickException, match="--hf needs transformers"):
+        _hf_rows(True, console)
+    monkeypatch.delitem(sys.modules, "transformers")
+    assert _hf_rows(None, console) is True  # installed here (a dev dependency)

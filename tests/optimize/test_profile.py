@@ -11,7 +11,12 @@ from tandem.optimize.profile import measure_profile
 
 
 def test_measured_profile_round_trips_through_json(tiny_llama_dir):
-    profile = measure_profile(tiny_llama_dir, "int8", batch_sizes=(1, 2), prompt_len=16, new_tokens=6)
+    steps = []
+    profile = measure_profile(
+        tiny_llama_dir, "int8", batch_sizes=(1, 2), prompt_len=16, new_tokens=6, progress=lambda *a: steps.append(a)
+    )
+    assert [(done, total) for _, done, total in steps] == [(i, 5) for i in range(5)]  # what the bar shows
+    assert steps[-1][0] == "decode at batch 2"
     assert profile.recipe == "int8" and profile.hardware.startswith("cpu-")
     assert set(profile.decode_tokens_per_s) == {1, 2} and all(v > 0 for v in profile.decode_tokens_per_s.values())
     assert profile.prefill_tokens_per_s > 0 and 0 < profile.ttft_s_p50 < profile.cold_start_s + 10

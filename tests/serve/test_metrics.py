@@ -1,12 +1,21 @@
-"""/metrics: vLLM's metric names with a tandem: prefix, labelled with model and recipe, moving with traffic.
-SequenceTimer's bookkeeping on a hand-driven clock."""
+"""/metrics: vLLM's metric names with a tandem: prefix (or vLLM's own), labelled with model and recipe,
+moving with traffic; HTTP responses by status; no `_created` series. SequenceTimer's bookkeeping on a
+hand-driven clock."""
 
 from __future__ import annotations
 
-import httpx
-from metrics_text import scrape, value
+import time
 
-from tandem.serve.metrics import ServerMetrics
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from metrics_text import parse, scrape, value
+from prometheus_client.parser import text_string_to_metric_families
+
+from tandem.edge.settings import Settings
+from tandem.engine import RequestMetrics
+from tandem.serve import create_app, load_served_model
+from tandem.serve.metrics import ServerMetrics, token_buckets
 
 from .conftest import MODEL_NAME
 
@@ -68,13 +77,14 @@ def test_prefix_cache_counters_count_tokens_as_vllm_does(server):
     assert delta("tandem:prefix_cache_hits_total") == min(first - 1, (first // 16) * 16)
 
 
-def test_sequence_timer_observes_ttft_gaps_and_end_once():
+def test_sequence_timer_observes_ttft_gaps_phases_and_end_once():
     metrics = ServerMetrics()
-    metrics.bind("m", "r", engine_stats=lambda: None)
+    metrics.bind("m", "r", 1024, engine_stats=lambda: None)
     timer = metrics.timer(arrival=10.0)
     for now in (10.5, 10.75, 11.0):
         timer.on_tokens(now)
-    timer.on_finish("stop", 11.0)
+    engine = RequestMetrics(arrival_time=10.0, first_scheduled_time=10.125, first_token_time=10.5, last_token_time=11.0)
+    timer.on_finish("stop", 11.0, engine, prompt_tokens=7, generation_tokens=3)
     timer.on_finish("abort", 12.0)  # a second end (the stream closing after it finished) is ignored
 
     def sample(name: str, **labels: str) -> float | None:
@@ -86,3 +96,108 @@ def test_sequence_timer_observes_ttft_gaps_and_end_once():
     assert sample("tandem:e2e_request_latency_seconds_sum") == 1.0
     assert sample("tandem:request_success_total", finished_reason="stop") == 1
     assert sample("tandem:request_success_total", finished_reason="abort") == 0
+    assert sample("tandem:request_queue_time_seconds_sum") == 0.125
+    assert sample("tandem:request_prefill_time_seconds_sum") == 0.375
+    assert sample("tandem:request_decode_time_seconds_sum") == 0.5
+    assert sample("tandem:request_inference_time_seconds_sum") == 0.875
+    assert sample("tandem:request_prompt_tokens_sum") == 7
+    assert sample("tandem:request_prompt_tokens_bucket", le="5.0") == 0
+    assert sample("tandem:request_prompt_tokens_bucket", le="10.0") == 1
+    assert sample("tandem:request_generation_tokens_sum") == 3
+
+
+def test_token_buckets_are_vllms_1_2_5_series_up_to_the_context():
+    assert token_buckets(1024) == (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+    assert token_buckets(2) == (1, 2)
+
+
+def test_an_unknown_prefix_is_refused():
+    with pytest.raises(ValueError, match="metrics prefix"):
+        ServerMetrics("sglang")
+
+
+# Every family issue 14 names (vLLM's names), and those tandem had before, under either prefix, as the
+# parser names families (counters without their _total; iteration_tokens_total is a histogram).
+FAMILIES = [
+    "num_requests_running",
+    "num_requests_waiting",
+    "kv_cache_usage_perc",
+    "prompt_tokens",
+    "generation_tokens",
+    "request_success",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "spec_decode_num_drafts",
+    "spec_decode_num_draft_tokens",
+    "spec_decode_num_accepted_tokens",
+    "spec_decode_num_accepted_tokens_per_pos",
+    "time_to_first_token_seconds",
+    "inter_token_latency_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
+    "request_prefill_time_seconds",
+    "request_decode_time_seconds",
+    "request_inference_time_seconds",
+    "request_prompt_tokens",
+    "request_generation_tokens",
+    "iteration_tokens_total",
+]
+KEY = "metrics-key"
+
+
+@pytest.mark.parametrize("prefix", ["tandem", "vllm"])
+def test_metrics_page_lists_every_family_under_the_prefix_and_counts_http_statuses(prefix, tiny_llama_dir):
+    """A real app (the tiny model, speculating with ngram), requests through it; then /metrics."""
+    config = Settings(
+        recipe="ngram", model=str(tiny_llama_dir), served_model_name="tiny", max_model_len=64, max_num_seqs=2,
+        threads=1, api_key=KEY, max_body_bytes=512, metrics_prefix=prefix,
+    )  # fmt: skip
+    app = create_app(config, lambda: load_served_model(config, created=0))
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        prompt = "a b c a b c a b c a b c"
+        ok = {"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        assert client.post("/v1/completions", json=ok, headers=auth).status_code == 200
+        assert client.post("/v1/completions", json=ok).status_code == 401  # refused by the auth middleware
+        assert client.post("/v1/completions", json={**ok, "max_tokens": -1}, headers=auth).status_code == 400
+        big = {**ok, "prompt": "x" * 1000}
+        assert client.post("/v1/completions", json=big, headers=auth).status_code == 413  # by the body middleware
+        assert client.get("/v1/no-such-route", headers=auth).status_code == 404
+        text = client.get("/metrics").text
+
+    name = f"{prefix}:"
+    families = {family.name for family in text_string_to_metric_families(text)}
+    missing = [f for f in FAMILIES if name + f not in families]
+    assert not missing, f"families missing under {name}: {missing}"
+    other = "tandem:" if prefix == "vllm" else "vllm:"
+    assert not any(f.startswith(other) for f in families)
+    assert "_created" not in text
+
+    samples = parse(text)
+    labels = {"model_name": "tiny", "recipe": "ngram"}
+    assert value(samples, name + "generation_tokens_total", **labels) == 8
+    assert value(samples, name + "request_generation_tokens_count", **labels) == 1
+    assert value(samples, name + "request_prompt_tokens_sum", **labels) > 0
+    assert value(samples, name + "request_queue_time_seconds_count", **labels) == 1
+    assert value(samples, name + "request_prefill_time_seconds_count", **labels) == 1
+    assert value(samples, name + "request_decode_time_seconds_count", **labels) == 1
+    # Every step's tokens: the prompt's prefill steps and the decode steps, 8 tokens generated in all.
+    prompt_tokens = value(samples, name + "prompt_tokens_total", **labels)
+    assert value(samples, name + "iteration_tokens_total_sum", **labels) == prompt_tokens + 8
+    assert value(samples, name + "kv_cache_usage_perc", **labels) == 0  # nothing runs now
+    drafts = value(samples, name + "spec_decode_num_drafts_total", **labels)
+    drafted = value(samples, name + "spec_decode_num_draft_tokens_total", **labels)
+    accepted = value(samples, name + "spec_decode_num_accepted_tokens_total", **labels)
+    assert 0 < drafts <= drafted and accepted <= drafted
+    per_position = [v for (n, _), v in samples.items() if n == name + "spec_decode_num_accepted_tokens_per_pos_total"]
+    assert sum(per_position) == accepted
+
+    http = name + "http_requests_total" if prefix == "tandem" else "http_requests_total"
+    for status in ("200", "401", "400", "413"):
+        assert value(samples, http, handler="/v1/completions", method="POST", status=status) == 1, status
+    assert value(samples, http, handler="none", method="GET", status="404") == 1
+    assert value(samples, http, handler="/ready") == 0  # probes are not counted

@@ -102,6 +102,8 @@ class Settings(BaseModel):
     # Logging.
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = False  # one line per request; off by default (a load test writes thousands)
+    # /metrics family names: tandem:<name>, or vllm:<name> so vLLM dashboards and autoscaling rules read them.
+    metrics_prefix: Literal["tandem", "vllm"] = "tandem"
 
     # A replica in a fleet: set by the gateway that starts it (reported on GET /load).
     replica_id: str | None = None

@@ -106,6 +106,10 @@ class Engine:
         self.num_drafted_tokens = 0  # speculative recipes: tokens proposed, and accepted by the target
         self.num_accepted_tokens = 0
         self.num_spec_rows = 0  # sequence-steps decoded speculatively
+        self.accepted_per_position: list[int] = []  # [i]: verified rows whose draft token i was accepted
+        # Told each step's tokens (prompt tokens prefilled + tokens generated): the server's
+        # iteration_tokens_total histogram. Runs on the stepping thread.
+        self.on_step: Callable[[int], None] | None = None
         self.speculator = optimized.speculator
         if self.speculator is not None:
             self.speculator.bind(num_slots, self.max_model_len)
@@ -187,7 +191,11 @@ class Engine:
         batch = self._with_drafts(plan)
         batch.started = started
         logits = self._run(batch)
-        return self._postprocess(batch, logits)
+        before = self.num_prompt_tokens + self.num_generated_tokens
+        outputs = self._postprocess(batch, logits)
+        if self.on_step is not None:
+            self.on_step(self.num_prompt_tokens + self.num_generated_tokens - before)
+        return outputs
 
     # 1. schedule (the Batcher's plan) and draft
 
@@ -306,12 +314,20 @@ class Engine:
             accepted.append(len(tokens) - 1)
             seq.metrics.num_drafted_tokens += drafted[-1]
             seq.metrics.num_accepted_tokens += accepted[-1]
+            self._count_accepted_positions(accepted[-1])
             results.append((seq, tokens, logprobs))
         self.num_drafted_tokens += sum(drafted)
         self.num_accepted_tokens += sum(accepted)
         self.num_spec_rows += len(seqs)
         batch.verified, batch.drafted, batch.accepted = seqs, drafted, accepted
         return results
+
+    def _count_accepted_positions(self, accepted: int) -> None:
+        """Acceptance stops at the first rejected draft token: positions 0 .. accepted - 1 were accepted."""
+        counts = self.accepted_per_position
+        counts.extend([0] * (accepted - len(counts)))
+        for position in range(accepted):
+            counts[position] += 1
 
     def _emit(self, results: list[tuple[Sequence, list[int], list]]) -> list[RequestOutput]:
         """Append the step's tokens (stop rules apply per token) and report each sequence."""

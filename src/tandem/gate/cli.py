@@ -160,10 +160,16 @@ def _summary(verdict: dict[str, Any]) -> None:
     "--report", "report_path", type=click.Path(dir_okay=False, writable=True), default=None, help="HTML report"
 )
 @click.option("--log-dir", type=click.Path(file_okay=False), default=None, help="replica logs (default: a temp dir)")
+@click.option(
+    "--trace",
+    type=click.Path(),
+    default=None,
+    help="CSV of request lengths (columns ContextTokens,GeneratedTokens; default: the bundled Azure trace)",
+)
 def gate_command(
     model_dir, incumbent, candidate, num_requests, concurrency, seed, temperature, threads, incumbent_profile,
     candidate_profile, incumbent_price, candidate_price, settings_file, min_samples, lossless, json_path,
-    report_path, log_dir,
+    report_path, log_dir, trace,
 ) -> None:  # fmt: skip
     """Run INCUMBENT and CANDIDATE side by side on the trace-shaped workload and judge latency, accuracy
     and unit cost. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 could not run."""
@@ -172,12 +178,22 @@ def gate_command(
     from tandem.gate.report import render_report
     from tandem.gate.state import Gate, GateState
 
+    if trace is not None:
+        from tandem.data.traces import read_trace
+
+        try:
+            read_trace(trace, timed=False)  # a bad trace fails here, before any replica starts
+        except ValueError as exc:
+            raise _CannotRun(str(exc)) from None
     config = _settings(settings_file, candidate, min_samples, lossless)
     threads = threads or max(1, (os.cpu_count() or 2) // 2)
     started = datetime.now(UTC)
     inc, inc_source = _side("incumbent", incumbent, incumbent_profile, incumbent_price, model_dir, threads)
     cand, cand_source = _side("candidate", candidate, candidate_profile, candidate_price, model_dir, threads)
-    run = OfflineRun(incumbent, candidate, model_dir, num_requests, concurrency, seed, temperature, threads)
+    run = OfflineRun(
+        incumbent, candidate, model_dir, num_requests, concurrency, seed, temperature, threads,
+        trace=Path(trace) if trace is not None else None,
+    )  # fmt: skip
     click.echo(f"Running {num_requests} requests through {incumbent} and {candidate} ...", err=True)
     try:
         pair_run = run_variants(run, log_dir=Path(log_dir) if log_dir else None)
@@ -212,6 +228,7 @@ def gate_command(
             "seed": seed,
             "temperature": temperature,
             "threads_per_replica": threads,
+            "trace": trace or "bundled",
             "seconds": pair_run.seconds,
         },  # fmt: skip
         "incumbent": _side_dict(inc, inc_source),

@@ -21,13 +21,13 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tandem.cluster.backend import Backend
 from tandem.edge.auth import ApiKeyMiddleware
 from tandem.edge.bodies import RequestBodyMiddleware
 from tandem.edge.errors import install_error_handlers
 from tandem.edge.openapi import Operation, install_openapi
+from tandem.edge.prometheus import metrics_response
 from tandem.gateway.admin import build_admin_router
 from tandem.gateway.loads import poll_loads
 from tandem.gateway.proxy import proxy, proxy_get
@@ -151,7 +151,7 @@ def create_gateway_app(
         for variant in {*gw.controller.pools, *gw.dispatcher.breakers.states}:
             gw.metrics.observe_breaker(variant, gw.dispatcher.breakers.mode(variant))  # open -> half-open by time
         gw.requests.observe_buffered(gw.controller.pools, gw.inflight.buffered)
-        return Response(generate_latest(gw.registry), media_type=CONTENT_TYPE_LATEST)
+        return metrics_response(gw.registry)
 
     @app.get("/v1/models", response_model=None)
     async def models(request: Request) -> Response:

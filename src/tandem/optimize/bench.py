@@ -83,17 +83,23 @@ def run_bench(
     seed: int = 0,
     progress=None,
     repeats: int = 3,
+    trace: str | Path | None = None,
 ) -> list[BenchRow]:
+    """`trace`: a CSV of request lengths (ContextTokens,GeneratedTokens); default the bundled one."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
 
     # Fail here, with the loader's own message, before any worker starts.
     probe = load_model(model_dir)
-    load_workload(probe.tokenizer, min(probe.config.max_position_embeddings, 2048), num_requests, seed=seed)
+    trace = None if trace is None else Path(trace)
+    load_workload(probe.tokenizer, min(probe.config.max_position_embeddings, 2048), num_requests, seed, trace)
     del probe
     names = list(recipes) + (["hf-sequential", "hf-static-batch"] if hf_rows else [])
     directory = None if model_dir is None else str(model_dir)
-    specs = [RowSpec(name, directory, max_num_seqs, num_requests, seed, hf_batch_size) for name in names]
+    specs = [
+        RowSpec(name, directory, max_num_seqs, num_requests, seed, hf_batch_size, None if trace is None else str(trace))
+        for name in names
+    ]
     rows = []
     for stats, runs in run_rounds(specs, repeats, progress):
         recipe = stats.pop("recipe")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class RowSpec:
     num_requests: int
     seed: int
     hf_batch_size: int = 8
+    trace: str | None = None  # a CSV of request lengths; None: the bundled conversation trace
 
 
 def _row_runner(spec: RowSpec):
@@ -70,7 +72,8 @@ def _row_runner(spec: RowSpec):
 
     probe = load_model(spec.model_dir)
     max_len = min(probe.config.max_position_embeddings, 2048)
-    requests = load_workload(probe.tokenizer, max_len, spec.num_requests, seed=spec.seed)
+    trace = None if spec.trace is None else Path(spec.trace)
+    requests = load_workload(probe.tokenizer, max_len, spec.num_requests, seed=spec.seed, trace=trace)
     # Warm-up: every prompt once with a few output tokens, so kernel creation for each shape is not timed.
     warmup = [BenchRequest(r.prompt_ids, min(r.max_tokens, 3)) for r in requests]
     if spec.name in ("hf-sequential", "hf-static-batch"):
@@ -147,20 +150,23 @@ class _Row:
 
 def run_rounds(specs: list[RowSpec], repeats: int, progress=None) -> list[tuple[dict, list[Timings]]]:
     """Start each row's process (one at a time, so warm-ups don't overlap), then run `repeats`
-    rounds. Returns, per row, its stats (recipe name, acceptance) and its runs' timings."""
+    rounds. Returns, per row, its stats (recipe name, acceptance) and its runs' timings.
+
+    `progress(what, done, total)` is told as each of the len(specs) * (1 + repeats) steps begins."""
     context = mp.get_context("spawn")  # a fresh interpreter: no torch thread pools inherited
     rows: list[_Row] = []
+    total = len(specs) * (1 + repeats)
     try:
         for spec in specs:
             if progress:
-                progress(f"loading and warming up {spec.name}")
+                progress(f"loading and warming up {spec.name}", len(rows), total)
             rows.append(_Row(spec, context))
             rows[-1].ask("ready")
         runs: list[list[Timings]] = [[] for _ in rows]
         for round_ in range(repeats):
             for i, row in enumerate(rows):
                 if progress:
-                    progress(f"round {round_ + 1}/{repeats}: {row.spec.name}")
+                    progress(f"round {round_ + 1}/{repeats}: {row.spec.name}", len(rows) * (1 + round_) + i, total)
                 time.sleep(SETTLE_S)
                 runs[i].append(row.ask("run"))
         return [(row.ask("stats"), runs[i]) for i, row in enumerate(rows)]

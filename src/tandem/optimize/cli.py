@@ -71,9 +71,11 @@ def optimizers_command() -> None:
     "--speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, help="splitwise: project x this speed"
 )
 @click.option("--weight-bits", type=click.Choice(["16", "8", "4"]), default="16", help="splitwise: project the weights")
+@click.option("-q", "--quiet", is_flag=True, help="no progress bar (there is none when stderr is not a terminal)")
 def profile_command(
-    model_dir, recipe, batch_sizes, output, threads, splitwise, tensor_parallel, cold_start_s, speedup, weight_bits
-) -> None:
+    model_dir, recipe, batch_sizes, output, threads, splitwise, tensor_parallel, cold_start_s, speedup, weight_bits,
+    quiet,
+) -> None:  # fmt: skip
     """Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start), or import one.
 
     With --from-splitwise the Profile is built from measured GPU timings (source "imported"; with
@@ -99,6 +101,7 @@ def profile_command(
     from tandem.model import ModelLoadError
     from tandem.optimize import RecipeError, defaults
     from tandem.optimize.profile import measure_profile
+    from tandem.optimize.progress import StepProgress
 
     try:
         sizes = tuple(sorted({int(b) for b in batch_sizes.split(",")}))
@@ -108,7 +111,8 @@ def profile_command(
         raise click.BadParameter("a comma-separated list of positive integers", param_hint="--batch-sizes") from None
     recipe = check_recipe(recipe or defaults.DEFAULT_RECIPE)
     try:
-        profile = measure_profile(model_dir, recipe, batch_sizes=sizes, threads=threads)
+        with StepProgress(f"profile {recipe}", quiet=quiet) as bar:
+            profile = measure_profile(model_dir, recipe, batch_sizes=sizes, threads=threads, progress=bar.step)
     except (ModelLoadError, RecipeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     _write_profile(profile, output)
@@ -119,6 +123,19 @@ def _write_profile(profile, output: str | None) -> None:
     if output:
         Path(output).write_text(text + "\n")
     click.echo(text)
+
+
+def _hf_rows(asked: bool | None, console) -> bool:
+    """Whether to run transformers' rows: as asked, else when transformers is installed (it is optional)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        return asked is not False
+    if asked:
+        raise click.ClickException("--hf needs transformers (pip install transformers), which is not installed")
+    if asked is None:
+        console.print("note: transformers is not installed, so the hf-* rows are skipped (pip install transformers)")
+    return False
 
 
 @click.command("bench")
@@ -132,7 +149,12 @@ def _write_profile(profile, output: str | None) -> None:
     help="machine price for the cost column (default: a pinned c7a.large price)",
 )
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--hf/--no-hf", "hf_rows", default=True, show_default=True, help="include transformers rows")
+@click.option(
+    "--hf/--no-hf",
+    "hf_rows",
+    default=None,
+    help="include transformers rows (default: when transformers is installed; --hf requires it)",
+)
 @click.option("--hf-batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -143,9 +165,24 @@ def _write_profile(profile, output: str | None) -> None:
     help="timed rounds, every row once per round (one process per row); each row's fastest run is reported",
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="write a PNG of throughput and latency per row (needs matplotlib: tandem[plots])",
+)
+@click.option(
+    "--trace",
+    type=click.Path(),
+    default=None,
+    help="CSV of request lengths (columns ContextTokens,GeneratedTokens; default: the bundled Azure trace)",
+)
+@click.option("-q", "--quiet", is_flag=True, help="no progress bar (there is none when stderr is not a terminal)")
 def bench_command(
-    model_dir, recipes, num_requests, usd_per_hour, max_num_seqs, hf_rows, hf_batch_size, seed, repeats, json_path
-):
+    model_dir, recipes, num_requests, usd_per_hour, max_num_seqs, hf_rows, hf_batch_size, seed, repeats, json_path,
+    plot_path, trace, quiet,
+):  # fmt: skip
     """Run one trace-shaped workload through each recipe and through transformers; print ratios."""
     import json
     import sys
@@ -157,8 +194,17 @@ def bench_command(
     from tandem.optimize import RecipeError
     from tandem.optimize.bench import DEFAULT_PRICE, rows_as_json, run_bench
     from tandem.optimize.bench_workers import BenchWorkerError
+    from tandem.optimize.progress import StepProgress
 
     console = Console(stderr=True)
+    if plot_path:
+        from tandem.plotting import PlotUnavailable, pyplot
+
+        try:
+            pyplot()  # before the bench runs, not after
+        except PlotUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
+    hf_rows = _hf_rows(hf_rows, console)
     price, source = (usd_per_hour, "given with --usd-per-hour") if usd_per_hour else DEFAULT_PRICE
     recipe_list = [r.strip() for r in recipes.split(",") if r.strip()]
     try:
@@ -166,22 +212,25 @@ def bench_command(
             check_recipe(recipe)
         if "baseline" not in recipe_list:
             recipe_list.insert(0, "baseline")  # every ratio is to baseline, measured in the same run
-        rows = run_bench(
-            model_dir,
-            recipe_list,
-            num_requests,
-            price,
-            max_num_seqs,
-            hf_rows,
-            hf_batch_size,
-            seed,
-            progress=lambda what: console.log(f"running {what}"),
-            repeats=repeats,
-        )
+        with StepProgress("bench", console, quiet) as bar:
+            rows = run_bench(
+                model_dir,
+                recipe_list,
+                num_requests,
+                price,
+                max_num_seqs,
+                hf_rows,
+                hf_batch_size,
+                seed,
+                progress=bar.step,
+                repeats=repeats,
+                trace=trace,
+            )
     except (ModelLoadError, RecipeError, ValueError, FileNotFoundError, BenchWorkerError) as exc:
         raise click.ClickException(str(exc)) from None
     results = rows_as_json(rows)
-    table = Table(title=f"tandem bench: {num_requests} requests, ${price}/h ({source})")
+    title = f"tandem bench: {num_requests} requests, ${price}/h ({source})"
+    table = Table(title=title)
     for column in (
         "recipe",
         "out tok/s",
@@ -208,6 +257,10 @@ def bench_command(
             accept,
         )
     Console().print(table)
+    if plot_path:
+        from tandem.optimize.bench_plot import bench_png
+
+        Path(plot_path).write_bytes(bench_png(results, title))
     if json_path:
         payload = {
             "command": " ".join(["tandem", *sys.argv[1:]]),

@@ -57,7 +57,16 @@ def measure_profile(
     new_tokens: int = 32,
     max_model_len: int | None = None,
     threads: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Profile:
+    """`progress(what, done, total)` is told as each step begins (load, TTFT, prefill, each batch size)."""
+    steps = ["loading and optimizing", "time to first token", "prefill", *(f"decode at batch {b}" for b in batch_sizes)]
+
+    def begin(index: int) -> None:
+        if progress is not None:
+            progress(steps[index], index, len(steps))
+
+    begin(0)
     t0 = time.perf_counter()
     model = load_model(model_dir)
     optimized = apply_recipe(model, recipe)
@@ -79,18 +88,23 @@ def measure_profile(
         pass
     cold_start = time.perf_counter() - t0
     # Time to first token of a lone request, and prefill throughput of a long prompt.
+    begin(1)
     ttfts = []
     for seed in range(5):
         start = time.perf_counter()
         engine.generate([synthetic_prompt(vocab, prompt_len, seed)], SamplingParams.greedy_params(1))
         ttfts.append(time.perf_counter() - start)
+    begin(2)
     long_len = min(512, engine.max_model_len - 2)
     start = time.perf_counter()
     engine.generate([synthetic_prompt(vocab, long_len, 99)], SamplingParams.greedy_params(1))
     prefill_rate = long_len / (time.perf_counter() - start)
     prompts = [synthetic_prompt(vocab, prompt_len, seed=i) for i in range(max(batch_sizes))]
     decode_rate(engine, prompts[:1], 4)  # warm-up
-    decode = {b: decode_rate(engine, prompts[:b], new_tokens) for b in batch_sizes}
+    decode = {}
+    for index, b in enumerate(batch_sizes, start=3):
+        begin(index)
+        decode[b] = decode_rate(engine, prompts[:b], new_tokens)
     weight_bytes = optimized.model.weight_bytes
     kv_dtype = engine.runner.cache.k[0].dtype
     kv_per_token = model.config.kv_bytes_per_token_per_element * (torch.finfo(kv_dtype).bits // 8)

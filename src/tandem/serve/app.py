@@ -17,14 +17,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tandem.edge.auth import ApiKeyMiddleware
 from tandem.edge.bodies import RequestBodyMiddleware
 from tandem.edge.errors import install_error_handlers
 from tandem.edge.openapi import install_openapi
+from tandem.edge.prometheus import HttpResponseCounter, metrics_response
 from tandem.edge.settings import Settings
 from tandem.serve.api_docs import SERVER_OPERATIONS
+from tandem.serve.metrics import UNCOUNTED_PATHS
 from tandem.serve.openai_api import build_router
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
@@ -126,10 +127,11 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return metrics_response(state.metrics.registry)
 
     install_openapi(app, SERVER_OPERATIONS)
-    # Starlette runs the last-added middleware first: auth, then the body checks, then the routes.
+    # Starlette runs the last-added middleware first: the response counter, auth, then the body
+    # checks, then the routes (so the counter sees the rejections of the other two).
     app.add_middleware(RequestBodyMiddleware, max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout)
     if config.fleet_secret is not None:
         # A replica of a gateway's fleet answers only that gateway (the user's key stays there):
@@ -137,4 +139,5 @@ def create_app(
         app.add_middleware(ApiKeyMiddleware, api_key=config.fleet_secret.get_secret_value(), protected=FLEET_PROTECTED)
     elif config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
+    app.add_middleware(HttpResponseCounter, count=state.metrics.count_response, uncounted=UNCOUNTED_PATHS)
     return app

@@ -97,6 +97,12 @@ def preflight(config: Settings) -> None:
 )
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 @click.option("--access-log/--no-access-log", default=None, help="Log one line per request.")
+@click.option(
+    "--metrics-prefix",
+    type=click.Choice(["tandem", "vllm"]),
+    default=None,
+    help="/metrics names: tandem:<name>, or vllm:<name> for vLLM's dashboards and rules.  [default: tandem]",
+)
 # Set by a gateway on the replicas it starts: who they are (GET /load reports it) and whom they outlive.
 @click.option("--replica-id", default=None, hidden=True)
 @click.option("--replica-region", default=None, hidden=True)

@@ -58,7 +58,13 @@ class Generation:
                         timer.on_tokens(self.clock())
                     if out.finished:
                         finished = True
-                        timer.on_finish(out.finish_reason or "stop", self.clock())
+                        timer.on_finish(
+                            out.finish_reason or "stop",
+                            self.clock(),
+                            out.metrics,
+                            len(out.prompt_token_ids),
+                            len(out.token_ids),
+                        )
                     yield out
         finally:
             if not finished:

@@ -20,10 +20,13 @@ class ServerState:
     config: Settings
     clock: Callable[[], float]  # monotonic seconds, for latencies
     wall_clock: Callable[[], float]  # unix seconds, for "created" fields
-    metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    metrics: ServerMetrics = field(init=False)
     admission: Admission = field(default_factory=lambda: Admission(capacity=0))
     served: ServedModel | None = None
     load_error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.metrics = ServerMetrics(self.config.metrics_prefix)
 
     @property
     def ready(self) -> bool:
@@ -69,9 +72,10 @@ class ServerState:
         self.admission.capacity = served.num_slots + self.config.max_queue
         self.admission.retry_after_s = self.config.retry_after_s
         engine, async_engine = served.engine, served.async_engine
-        self.metrics.bind(
+        engine.on_step = self.metrics.bind(
             served.name,
             served.recipe,
+            served.max_model_len,
             lambda: EngineStats(
                 running=async_engine.num_running,
                 waiting=async_engine.num_waiting,
@@ -82,5 +86,8 @@ class ServerState:
                 accepted_tokens=engine.num_accepted_tokens,
                 prefix_cache_queries=engine.prefix_cache_queries,
                 prefix_cache_hits=engine.prefix_cache_hits,
+                kv_used=engine.kv_used,
+                drafts=engine.num_spec_rows,
+                accepted_per_position=tuple(engine.accepted_per_position),
             ),
         )

@@ -7,26 +7,16 @@ TPOT SLO (prefill plus decode work, `sizing.demand_series`). matplotlib is an op
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
+from tandem.plotting import PlotUnavailable, png_bytes, pyplot
 from tandem.sim.experiment import PairResult
 
 __all__ = ["PlotUnavailable", "plot_png"]
 
 
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
-
-
 def plot_png(results: Sequence[PairResult], title: str) -> bytes:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'tandem[plots]'") from None
+    plt = pyplot()
 
     policies = list(dict.fromkeys(r.policy for r in results))
     variants = list(dict.fromkeys(r.variant.name for r in results))
@@ -46,9 +36,4 @@ def plot_png(results: Sequence[PairResult], title: str) -> bytes:
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper right", fontsize="small", ncol=2)
     axes[-1, 0].set_xlabel("minutes")
-    fig.suptitle(title)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig, title)

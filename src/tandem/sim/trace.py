@@ -8,14 +8,14 @@ CC-BY 4.0; Patel et al., "Splitwise: Efficient generative LLM inference using ph
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
 
 from tandem.data import CONVERSATION_TRACE, data_path
+from tandem.data.traces import TIMED_COLUMNS as COLUMNS
+from tandem.data.traces import read_trace
 
 __all__ = [
     "TraceRequest",
@@ -27,8 +27,6 @@ __all__ = [
     "poisson_trace",
     "trace_path",
 ]
-
-COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 @dataclass(frozen=True)
@@ -53,13 +51,6 @@ def trace_path(name: str) -> Path:
     return path
 
 
-def _timestamp(text: str) -> float:
-    try:
-        return float(text)  # seconds, as some traces give them
-    except ValueError:
-        return datetime.fromisoformat(text).timestamp()
-
-
 def load_trace(
     path: str | Path | None = None, start_s: float = 0.0, duration_s: float | None = None
 ) -> list[TraceRequest]:
@@ -67,25 +58,8 @@ def load_trace(
 
     TIMESTAMP is ISO 8601 (as the Azure traces have it) or seconds; rows may come in any order.
     """
-    path = Path(path) if path is not None else default_trace_path()
-    rows: list[tuple[float, int, int]] = []
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a trace has {','.join(COLUMNS)})")
-        for line, row in enumerate(reader, start=2):
-            try:
-                stamp = _timestamp(row["TIMESTAMP"])
-                prompt, output = int(row["ContextTokens"]), int(row["GeneratedTokens"])
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{path}:{line}: bad row ({exc})") from None
-            if prompt < 0 or output < 0:
-                raise ValueError(f"{path}:{line}: token counts must be >= 0")
-            rows.append((stamp, prompt, max(output, 1)))  # an answer has at least one token
-    if not rows:
-        raise ValueError(f"{path}: the trace has no requests")
-    rows.sort()
+    # An answer has at least one token.
+    rows = sorted((t, p, max(o, 1)) for t, p, o in read_trace(path if path is not None else default_trace_path()))
     first = rows[0][0]
     end = math.inf if duration_s is None else start_s + duration_s
     return [TraceRequest(t - first - start_s, p, o) for t, p, o in rows if start_s <= t - first < end]
