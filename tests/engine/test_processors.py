@@ -180,9 +180,18 @@ def param_sets(bad_word_ids):
     return [
         (g(max_tokens=24, repetition_penalty=1.8), dict(repetition_penalty=1.8)),
         (g(max_tokens=24, presence_penalty=1.5, frequency_penalty=0.7), dict(presence=1.5, frequency=0.7)),
-        (g(max_tokens=20, logit_bias={7: 4.0, 11: 2.5, 40: -100}), dict(sequence_bias={(7,): 4.0, (11,): 2.5, (40,): -100.0})),
-        (g(max_tokens=20, min_tokens=15, logit_bias={EOS: 30.0}), dict(min_new_tokens=15, sequence_bias={(EOS,): 30.0})),
-        (g(max_tokens=20, bad_words=BAD, repetition_penalty=1.2), dict(bad_words_ids=bad_word_ids, repetition_penalty=1.2)),
+        (
+            g(max_tokens=20, logit_bias={7: 4.0, 11: 2.5, 40: -100}),
+            dict(sequence_bias={(7,): 4.0, (11,): 2.5, (40,): -100.0}),
+        ),
+        (
+            g(max_tokens=20, min_tokens=15, logit_bias={EOS: 30.0}),
+            dict(min_new_tokens=15, sequence_bias={(EOS,): 30.0}),
+        ),
+        (
+            g(max_tokens=20, bad_words=BAD, repetition_penalty=1.2),
+            dict(bad_words_ids=bad_word_ids, repetition_penalty=1.2),
+        ),
         (g(max_tokens=20), {}),
     ]
 

@@ -83,7 +83,8 @@ def _penalize(logits: torch.Tensor, rows: list[LogitsRow], which: list[int]) -> 
     vocab = logits.shape[-1]
     params = [rows[i].seq.params for i in which]
     generated = [(j, t) for j, i in enumerate(which) for t in rows[i].output_ids]
-    prompt = [(j, t) for j, i in enumerate(which) if params[j].repetition_penalty != 1.0 for t in rows[i].seq.prompt_ids]
+    repeating = [(j, i) for j, i in enumerate(which) if params[j].repetition_penalty != 1.0]
+    prompt = [(j, t) for j, i in repeating for t in rows[i].seq.prompt_ids]
     counts = torch.zeros((len(which), vocab), dtype=logits.dtype)
     out_rows, out_ids = _index(generated, vocab)
     counts.index_put_((out_rows, out_ids), torch.ones(len(out_ids), dtype=logits.dtype), accumulate=True)
