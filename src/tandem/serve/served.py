@@ -6,8 +6,9 @@ model, apply the recipe through the optimizer registry, start an engine sized by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tandem.edge.settings import Settings
 from tandem.engine import AsyncEngine, Engine, EngineConfig
@@ -31,12 +32,26 @@ class ServedModel:
         return self.async_engine.engine
 
     @property
+    def sampling_defaults(self) -> Mapping[str, Any]:
+        """What omitted request fields become (from generation_config.json; empty: the OpenAI API's)."""
+        return self.limits.sampling_defaults
+
+    @property
     def num_slots(self) -> int:
         return self.engine.batcher.num_slots
 
     @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len
+
+    def detokenize(self, ids: list[int]) -> str:
+        """Token ids -> text, special tokens included (POST /detokenize, as vLLM)."""
+        return self.engine.model.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def token_strs(self, ids: list[int]) -> list[str]:
+        """Each id's token as the vocabulary spells it (POST /tokenize's token_strs, as vLLM)."""
+        tokenizer = self.engine.model.tokenizer
+        return [tokenizer.id_to_token(t) or "" for t in ids]
 
     def shutdown(self) -> None:
         self.async_engine.shutdown()
@@ -54,6 +69,7 @@ def resolve_recipe(recipe: str | None) -> str:
 def load_served_model(config: Settings, created: int) -> ServedModel:
     """Load, optimize and start the engine. Raises ModelLoadError, RecipeError or ValueError."""
     from tandem.model import load_model
+    from tandem.model.generation_config import sampling_defaults
     from tandem.optimize import apply_recipe
 
     model = load_model(config.model, dtype=config.dtype, max_model_len=config.max_model_len)
@@ -78,6 +94,8 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
         render_chat=lambda messages: tokenizer.apply_chat_template(messages, add_generation_prompt=True),
         bos_token=tokenizer.bos_token,
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+        vocab_size=model.config.vocab_size,
+        sampling_defaults=sampling_defaults(model.generation_defaults) if config.generation_config == "auto" else {},
     )
     return ServedModel(
         name=limits.name,
