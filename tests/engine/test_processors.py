@@ -140,6 +140,7 @@ def test_bad_words_tokenize_as_vllm_with_and_without_a_leading_space(tiny_llama_
         ("presence_penalty", 2.5),
         ("frequency_penalty", -3),
         ("repetition_penalty", 0),
+        ("repetition_penalty", 1e-300),
         ("min_p", 1.5),
         ("min_tokens", -1),
         ("logit_bias", {3: 101}),

@@ -89,3 +89,16 @@ def test_generation_config_vllm_restores_the_openai_defaults(model_dir):
         # Given fields are the same under either setting.
         assert complete(client, seed=11, ignore_eos=True, max_tokens=9, **EXPLICIT)["usage"]["completion_tokens"] == 9
     assert "--generation-config vllm" in describe_defaults({}, "vllm")
+
+
+def test_a_generation_config_value_the_engine_refuses_is_skipped_not_fatal(tmp_path, caplog):
+    path = save_tiny("llama", tmp_path / "odd")
+    config = json.loads((path / "generation_config.json").read_text())
+    odd = {"do_sample": True, "temperature": 0.5, "repetition_penalty": 0.0, "top_p": 7}
+    (path / "generation_config.json").write_text(json.dumps({**config, **odd}))
+    served = load_served_model(Settings(model=str(path), recipe="baseline", threads=1), created=0)
+    try:
+        assert dict(served.sampling_defaults) == {"temperature": 0.5}
+    finally:
+        served.shutdown()
+    assert "repetition_penalty must be" in caplog.text and "top_p must be" in caplog.text

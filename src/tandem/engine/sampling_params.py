@@ -6,10 +6,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["SamplingParams", "GREEDY_BELOW_TEMPERATURE", "MAX_LOGIT_BIAS"]
+__all__ = ["SamplingParams", "GREEDY_BELOW_TEMPERATURE", "MAX_LOGIT_BIAS", "REPETITION_PENALTY_RANGE"]
 
 GREEDY_BELOW_TEMPERATURE = 1e-5
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value (either sign)
+# Far beyond any useful penalty (1-2), and near enough to 1 that a float32 logit divided or multiplied
+# by it stays finite (a penalty of 1e-300 would turn logits into inf and the sampler's input into NaN).
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
 
 
 def _number(value: object) -> bool:
@@ -76,8 +79,9 @@ class SamplingParams:
             value = getattr(self, name)
             if not _number(value) or not -2.0 <= value <= 2.0:
                 raise ValueError(f"{name} must be a number in [-2, 2], got {value!r}")
-        if not _number(self.repetition_penalty) or self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be a number > 0, got {self.repetition_penalty!r}")
+        low, high = REPETITION_PENALTY_RANGE
+        if not _number(self.repetition_penalty) or not low <= self.repetition_penalty <= high:
+            raise ValueError(f"repetition_penalty must be a number in [{low}, {high}], got {self.repetition_penalty!r}")
         if not _number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be a number in [0, 1], got {self.min_p!r}")
         if not isinstance(self.min_tokens, int) or isinstance(self.min_tokens, bool) or self.min_tokens < 0:

@@ -112,7 +112,7 @@ class _SamplingFields(BaseModel):
     # sampling fields default to the model's generation_config.json (`--generation-config auto`).
     top_k: int | None = Field(None, ge=-1)  # -1 or 0: no cut
     min_p: float | None = Field(None, ge=0, le=1)
-    repetition_penalty: float | None = Field(None, gt=0)
+    repetition_penalty: float | None = Field(None, ge=0.01, le=100)  # tandem.engine's REPETITION_PENALTY_RANGE
     min_tokens: int = Field(0, ge=0)
     bad_words: list[str] | None = Field(None, max_length=MAX_BAD_WORDS)
     ignore_eos: bool = False

@@ -6,6 +6,7 @@ model, apply the recipe through the optimizer registry, start an engine sized by
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ from tandem.engine import AsyncEngine, Engine, EngineConfig
 from tandem.serve.plan import ModelLimits
 
 __all__ = ["ServedModel", "load_served_model", "resolve_recipe"]
+
+logger = logging.getLogger("tandem.serve")
 
 
 @dataclass
@@ -66,6 +69,22 @@ def resolve_recipe(recipe: str | None) -> str:
     return defaults.DEFAULT_RECIPE
 
 
+def _usable(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The generation config's defaults that SamplingParams accepts; the others are logged and skipped
+    (a value the engine refuses would otherwise fail every request that omits the field)."""
+    from tandem.engine import SamplingParams
+
+    usable = {}
+    for name, value in defaults.items():
+        try:
+            SamplingParams(**{name: value, "max_tokens": value if name == "max_tokens" else 16})
+        except ValueError as exc:
+            logger.warning("generation_config.json: %s; requests that omit %s get the API's default", exc, name)
+        else:
+            usable[name] = value
+    return usable
+
+
 def load_served_model(config: Settings, created: int) -> ServedModel:
     """Load, optimize and start the engine. Raises ModelLoadError, RecipeError or ValueError."""
     from tandem.model import load_model
@@ -95,7 +114,9 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
         bos_token=tokenizer.bos_token,
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
         vocab_size=model.config.vocab_size,
-        sampling_defaults=sampling_defaults(model.generation_defaults) if config.generation_config == "auto" else {},
+        sampling_defaults=_usable(sampling_defaults(model.generation_defaults))
+        if config.generation_config == "auto"
+        else {},
     )
     return ServedModel(
         name=limits.name,
