@@ -11,6 +11,8 @@ from tandem.model import load_model
 from tandem.serve.plan import ModelLimits, plan_chat, plan_completion
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 
+from .conftest import GENERATION_CONFIG
+
 
 @pytest.fixture(scope="module")
 def limits(tiny_llama_dir) -> ModelLimits:
@@ -141,17 +143,6 @@ def test_add_special_tokens_is_obeyed(limits):
     assert completion(limits, prompt="def").prompts[0][0] == 0  # <s>
     assert completion(limits, prompt="def", add_special_tokens=False).prompts[0][0] != 0
     assert chat(limits, add_special_tokens=False).prompts[0].count(0) == 0
-
-
-GENERATION_CONFIG = {
-    "do_sample": True,
-    "temperature": 0.6,
-    "top_p": 0.9,
-    "top_k": 7,
-    "min_p": 0.02,
-    "repetition_penalty": 1.3,
-    "max_new_tokens": 9,
-}
 
 
 def test_omitted_fields_follow_the_generation_config_and_given_ones_win(limits):

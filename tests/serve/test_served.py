@@ -16,15 +16,8 @@ from tandem.edge.settings import Settings
 from tandem.serve import create_app, load_served_model
 from tandem.serve.server import describe_defaults
 
-GENERATION_CONFIG = {
-    "do_sample": True,
-    "temperature": 0.6,
-    "top_p": 0.9,
-    "top_k": 7,
-    "min_p": 0.02,
-    "repetition_penalty": 1.3,
-    "max_new_tokens": 9,
-}
+from .conftest import GENERATION_CONFIG
+
 DEFAULTS = {"temperature": 0.6, "top_p": 0.9, "top_k": 7, "min_p": 0.02, "repetition_penalty": 1.3, "max_tokens": 9}
 
 
