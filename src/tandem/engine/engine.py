@@ -273,12 +273,12 @@ class Engine:
             else:
                 seq.num_computed += 1  # the fed token's keys and values are now cached
                 plain.append((seq, row_logits))
-        processed = self._process(plain, verified)
+        raw, processed = self._process(plain, verified)
+        n = len(plain)  # one row each
         if plain:
-            raw = torch.cat([lg for _, lg in plain])
-            results += self._sample([s for s, _ in plain], processed[: len(raw)], raw)
+            results += self._sample([s for s, _ in plain], processed[:n], raw[:n])
         if verified:
-            results += self._accept(batch, verified, processed[len(processed) - sum(len(lg) for *_, lg in verified) :])
+            results += self._accept(batch, verified, processed[n:], raw[n:])
         outputs = self._emit(results)
         if self.speculator is not None and batch.decode:
             # What adaptive speculators learn from: outcomes, and what the step cost besides drafting
@@ -305,15 +305,17 @@ class Engine:
     @staticmethod
     def _process(
         plain: list[tuple[Sequence, torch.Tensor]], verified: list[tuple[Sequence, Proposal, torch.Tensor]]
-    ) -> torch.Tensor:
-        """Every row's logits through the requests' processors in one batch: plain rows first, then each
-        verified row's k + 1 positions, position j with the first j proposals as part of its history."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(raw, processed) logits of every row, through the requests' processors in one batch: plain
+        rows first, then each verified row's k + 1 positions, position j with the first j proposals
+        as part of its history."""
         pieces = [lg for _, lg in plain] + [lg for *_, lg in verified]
         if not pieces:
-            return torch.empty(0)
+            return torch.empty(0), torch.empty(0)
         rows = [LogitsRow(seq) for seq, _ in plain]
         rows += [LogitsRow(seq, tuple(p.tokens[:j])) for seq, p, lg in verified for j in range(len(lg))]
-        return process_logits(torch.cat(pieces), rows)
+        raw = torch.cat(pieces)
+        return raw, process_logits(raw, rows)
 
     def _sample(
         self, seqs: list[Sequence], logits: torch.Tensor, raw: torch.Tensor
@@ -322,14 +324,19 @@ class Engine:
         return [(s, [t], [lp]) for s, t, lp in zip(seqs, tokens, logprobs, strict=True)]
 
     def _accept(
-        self, batch: StepBatch, verified: list[tuple[Sequence, Proposal, torch.Tensor]], processed: torch.Tensor
+        self,
+        batch: StepBatch,
+        verified: list[tuple[Sequence, Proposal, torch.Tensor]],
+        processed: torch.Tensor,
+        raw: torch.Tensor,
     ) -> list[tuple[Sequence, list[int], list]]:
-        """Verify rows' proposals against the target's processed logits; advance their KV positions."""
+        """Verify rows' proposals against the target's processed logits (the rows' positions one after
+        another); advance their KV positions."""
         seqs, proposals = [s for s, _, _ in verified], [p for _, p, _ in verified]
-        raw = [lg for _, _, lg in verified]
-        rows = list(processed.split([len(lg) for lg in raw]))
+        sizes = [len(lg) for _, _, lg in verified]
+        checked = verify(seqs, proposals, list(processed.split(sizes)), list(raw.split(sizes)))
         results, drafted, accepted = [], [], []
-        for seq, proposal, (tokens, logprobs) in zip(seqs, proposals, verify(seqs, proposals, rows, raw), strict=True):
+        for seq, proposal, (tokens, logprobs) in zip(seqs, proposals, checked, strict=True):
             seq.num_computed += len(tokens)  # the fed last token plus the accepted proposals hold valid KV
             drafted.append(len(proposal.tokens))
             accepted.append(len(tokens) - 1)
