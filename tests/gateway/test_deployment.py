@@ -49,6 +49,8 @@ def test_without_a_recipe_the_replicas_serve_their_own_default():
 def test_replica_args_carry_the_replicas_settings_only():
     args = replica_args(Settings(max_queue=4, log_level="warning", port=9000, api_key="k", replicas_max=3))
     assert args == ["--max-queue", "4", "--log-level", "warning"]
+    args = replica_args(Settings(generation_config="vllm", metrics_prefix="vllm"))
+    assert args == ["--metrics-prefix", "vllm", "--generation-config", "vllm"]
 
 
 def test_replicas_share_the_cores_by_default(monkeypatch):

@@ -18,6 +18,16 @@ from tandem.model import Tokenizer
 API_KEY = "test-key-123"
 MODEL_NAME = "tiny"
 CONTEXT = 1024
+# A generation_config.json that sets every sampling default tandem reads (the serve tests' defaults cases).
+GENERATION_CONFIG = {
+    "do_sample": True,
+    "temperature": 0.6,
+    "top_p": 0.9,
+    "top_k": 7,
+    "min_p": 0.02,
+    "repetition_penalty": 1.3,
+    "max_new_tokens": 9,
+}
 
 
 @pytest.fixture(scope="session")

@@ -36,10 +36,19 @@ COMMON = {
     "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans()}),
     "stop": st.text(max_size=3) | st.lists(st.text(max_size=3), max_size=5),
     "seed": st.integers(-1, 2**63),
-    "top_k": st.integers(0, 400),
     "ignore_eos": st.booleans(),
-    "presence_penalty": st.sampled_from([0, 0.0, 0.5]),
-    "logit_bias": st.dictionaries(st.text(max_size=4), st.floats(-5, 5), max_size=1),
+    "presence_penalty": st.sampled_from([0, 0.0, 0.5, -2, 2.1]),
+    "frequency_penalty": st.floats(-2.1, 2.1),
+    "repetition_penalty": st.floats(0, 3),
+    "logit_bias": st.dictionaries(
+        st.text(max_size=4) | st.integers(0, 400).map(str), st.floats(-101, 101) | st.just(float("-inf")), max_size=3
+    ),
+    "min_tokens": st.integers(0, 60),
+    "min_p": st.floats(0, 1.1),
+    "bad_words": st.lists(st.text(max_size=6), max_size=3),
+    "top_k": st.integers(-2, 400),
+    "use_beam_search": st.booleans(),
+    "include_stop_str_in_output": st.booleans(),
     "user": st.text(max_size=5),
 }
 PROMPT = (
@@ -110,7 +119,7 @@ def post(client: TestClient, path: str, body: dict):
     return client.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
 
 
-def check(response) -> None:
+def check(response, ok_field: str = "choices") -> None:
     event(f"status {response.status_code}")  # --hypothesis-show-statistics shows the mix
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
@@ -120,7 +129,7 @@ def check(response) -> None:
         assert response.text.endswith("data: [DONE]\n\n")
         assert '"error"' not in response.text, response.text
     else:
-        assert response.json()["choices"]
+        assert ok_field in response.json()
 
 
 FUZZ = settings(
@@ -143,12 +152,35 @@ def test_chat_completions_never_fail_with_5xx(client, body):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     raw=st.binary(max_size=200) | JSON.map(lambda v: json.dumps(v).encode()),
-    path=st.sampled_from(["/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/nothing"]),
+    path=st.sampled_from(["/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/nothing", "/tokenize"]),
 )
 def test_arbitrary_bytes_never_fail_with_5xx(client, raw, path):
-    check(client.post(path, content=raw, headers={"Content-Type": "application/json"}))
+    check(client.post(path, content=raw, headers={"Content-Type": "application/json"}), "count")
+
+
+TOKENIZE_BODY = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.sampled_from(["tiny", "other"]),
+        "prompt": st.text(max_size=80) | JSON,
+        "messages": st.lists(MESSAGE, max_size=3),
+        "add_special_tokens": st.booleans() | JSON,
+        "return_token_strs": st.booleans(),
+        "tokens": st.lists(st.integers(-2, 400), max_size=20) | JSON,
+        "add_generation_prompt": st.booleans(),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=TOKENIZE_BODY, path=st.sampled_from(["/tokenize", "/detokenize"]))
+def test_tokenize_and_detokenize_never_fail_with_5xx(client, body, path):
+    check(post(client, path, body), "count" if path == "/tokenize" else "prompt")
 
 
 def test_the_openapi_schema_describes_both_endpoints(client):
     schema = client.get("/openapi.json").json()
-    assert {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready"} <= set(schema["paths"])
+    paths = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready", "/tokenize", "/detokenize"}
+    assert paths | {"/version"} <= set(schema["paths"])
+    fields = set(schema["components"]["schemas"]["CompletionRequest"]["properties"])
+    assert {"repetition_penalty", "min_tokens", "min_p", "bad_words", "logit_bias", "presence_penalty"} <= fields

@@ -208,3 +208,38 @@ def test_echo_of_a_token_id_prompt_and_without_logprobs(client, tokenizer):
     first = client.completions.create(model=MODEL_NAME, prompt=SCORED, max_tokens=0, echo=True, logprobs=0)
     again = client.completions.create(model=MODEL_NAME, prompt=SCORED, max_tokens=0, echo=True, logprobs=0)
     assert again.choices[0].logprobs.token_logprobs == first.choices[0].logprobs.token_logprobs
+
+
+def test_vllm_sampling_parameters_give_what_the_engine_gives(client, serve_model_dir):
+    from tandem.engine import Engine, EngineConfig, SamplingParams
+    from tandem.model import load_model
+
+    prompt = "def add(a, b):"
+    extra = {"repetition_penalty": 1.4, "min_tokens": 10, "bad_words": ["return"], "min_p": 0.1}
+    out = client.completions.create(
+        model=MODEL_NAME,
+        prompt=prompt,
+        max_tokens=14,
+        temperature=0,
+        presence_penalty=0.4,
+        frequency_penalty=0.3,
+        logit_bias={"7": 5, "1": 20},  # EOS (1) favoured, held back by min_tokens
+        extra_body=extra,
+    )
+    params = SamplingParams.greedy_params(
+        14, presence_penalty=0.4, frequency_penalty=0.3, logit_bias={7: 5, 1: 20}, **extra
+    )
+    engine = Engine(load_model(serve_model_dir), EngineConfig(max_model_len=256, kv_cache_tokens=256, num_threads=1))
+    (expected,) = engine.generate([prompt], params)
+    assert out.choices[0].text == expected.text and out.usage.completion_tokens == len(expected.token_ids) == 11
+    chat = client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=0,
+        extra_body={"repetition_penalty": 1.4, "ignore_eos": True},
+    )  # fmt: skip
+    assert chat.choices[0].finish_reason == "length"
+
+
+def test_a_parameter_tandem_lacks_is_refused_by_name(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL_NAME, prompt="x", extra_body={"use_beam_search": True})
+    assert info.value.body["param"] == "use_beam_search"

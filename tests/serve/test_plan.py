@@ -11,6 +11,8 @@ from tandem.model import load_model
 from tandem.serve.plan import ModelLimits, plan_chat, plan_completion
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 
+from .conftest import GENERATION_CONFIG
+
 
 @pytest.fixture(scope="module")
 def limits(tiny_llama_dir) -> ModelLimits:
@@ -108,3 +110,60 @@ def test_a_vanishing_temperature_is_greedy(limits):
 def test_a_vanishing_top_p_keeps_the_top_token(limits):
     """5e-324 is 0 in float32, where the sampler would keep no token at all (found by the fuzz test)."""
     assert completion(limits, prompt="a", top_p=5e-324).choices[0].params.top_p == 1e-6
+
+
+def test_vllm_sampling_fields_reach_the_engine(limits):
+    plan = completion(
+        limits,
+        prompt="a",
+        max_tokens=12,
+        presence_penalty=0.5,
+        frequency_penalty=-0.25,
+        repetition_penalty=1.2,
+        logit_bias={"7": 2.5, "300": -100},
+        min_tokens=3,
+        min_p=0.05,
+        bad_words=["return"],
+        top_k=-1,
+        include_stop_str_in_output=True,
+    )
+    p = plan.choices[0].params
+    assert (p.presence_penalty, p.frequency_penalty, p.repetition_penalty) == (0.5, -0.25, 1.2)
+    assert dict(p.logit_bias) == {7: 2.5, 300: -100} and (p.min_tokens, p.min_p) == (3, 0.05)
+    assert p.bad_words == ("return",) and p.top_k == 0 and p.include_stop_str_in_output
+    vocab = ModelLimits(**{**limits.__dict__, "vocab_size": 320})
+    body = CompletionRequest(model="tiny", prompt="a", logit_bias={"320": 1})
+    err = refusal(plan_completion, body, vocab, max_n=4, capacity=8)
+    assert err.param == "logit_bias" and "[0, 320)" in err.message
+    assert refusal(completion, limits, prompt="a", logit_bias={"-1": 1}).param == "logit_bias"
+    assert refusal(completion, limits, prompt="a", max_tokens=2, min_tokens=3).param == "min_tokens"
+
+
+def test_add_special_tokens_is_obeyed(limits):
+    assert completion(limits, prompt="def").prompts[0][0] == 0  # <s>
+    assert completion(limits, prompt="def", add_special_tokens=False).prompts[0][0] != 0
+    assert chat(limits, add_special_tokens=False).prompts[0].count(0) == 0
+
+
+def test_omitted_fields_follow_the_generation_config_and_given_ones_win(limits):
+    from tandem.model.generation_config import sampling_defaults
+
+    auto = ModelLimits(**{**limits.__dict__, "sampling_defaults": sampling_defaults(GENERATION_CONFIG)})
+    p = plan_completion(CompletionRequest(model="tiny", prompt="a"), auto, max_n=4, capacity=8).choices[0].params
+    assert (p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.max_tokens) == (0.6, 0.9, 7, 0.02, 1.3, 9)
+    body = ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "hi"}])
+    assert plan_chat(body, auto, max_n=4, capacity=8).choices[0].params.max_tokens == 9
+    given = CompletionRequest(
+        model="tiny", prompt="a", temperature=1.0, top_p=1.0, top_k=0, min_p=0, repetition_penalty=1, max_tokens=3
+    )
+    p = plan_completion(given, auto, max_n=4, capacity=8).choices[0].params
+    assert (p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.max_tokens) == (1.0, 1.0, 0, 0, 1, 3)
+    # No defaults (--generation-config vllm): the OpenAI API's.
+    p = completion(limits, prompt="a").choices[0].params
+    assert (p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.max_tokens) == (1.0, 1.0, 0, 0, 1, 16)
+    greedy = ModelLimits(**{**limits.__dict__, "sampling_defaults": sampling_defaults({"do_sample": False})})
+    assert (
+        plan_completion(CompletionRequest(model="tiny", prompt="a"), greedy, max_n=4, capacity=8)
+        .choices[0]
+        .params.greedy
+    )

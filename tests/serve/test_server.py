@@ -28,6 +28,7 @@ def test_the_startup_log_shows_url_model_recipe_and_a_curl_example(server):
 def test_the_banner_never_prints_the_api_key_and_names_a_reachable_host(server):
     class Served:
         name, path, recipe, max_model_len, num_slots = "m", "/models/m", "bf16", 512, 4
+        sampling_defaults = {"temperature": 0.0}
 
     banner = startup_banner(Settings(host="0.0.0.0", api_key="s3cret"), Served(), 9000)
     assert "s3cret" not in banner and "$TANDEM_API_KEY" in banner and "http://127.0.0.1:9000" in banner

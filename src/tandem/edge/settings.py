@@ -70,6 +70,10 @@ class Settings(BaseModel):
     recipe: str | None = None  # optimizer recipe; None: the replica's default (tandem.optimize.defaults)
     served_model_name: str | None = None  # the name clients put in "model"; default: the model directory's name
     dtype: Literal["float32", "bfloat16"] = "float32"
+    # Where a request's omitted sampling fields come from (vLLM's --generation-config): "auto", the
+    # model's generation_config.json (its temperature, top_p, top_k, min_p, repetition_penalty,
+    # max_new_tokens); "vllm", the OpenAI API's defaults (temperature 1, no cuts, no penalty).
+    generation_config: Literal["auto", "vllm"] = "auto"
 
     # Where and for whom.
     host: str = "127.0.0.1"

@@ -52,6 +52,7 @@ class AsyncEngine:
             raise EngineStoppedError("the engine is stopped")
         params = params or SamplingParams()
         ids = self.engine.validate_prompt(prompt)
+        self.engine.validate_params(params)
         request_id = request_id if request_id is not None else f"areq-{next(self._ids)}"
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:

@@ -25,6 +25,7 @@ from tandem.contracts import OptimizedModel
 from tandem.engine.batcher import Batcher, StepPlan
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
+from tandem.engine.processors import LogitsRow, bad_words_token_ids, process_logits
 from tandem.engine.sampler import logprob_entries, new_generator, sample
 from tandem.engine.sampling_params import SamplingParams
 from tandem.engine.sequence import Sequence
@@ -127,6 +128,7 @@ class Engine:
         if request_id in self._live:
             raise RequestError(f"request id {request_id!r} is already in use")
         ids = self.validate_prompt(prompt)
+        self.validate_params(params)
         seq = Sequence(
             request_id=request_id,
             prompt_ids=ids,
@@ -136,6 +138,9 @@ class Engine:
             max_len=self.max_model_len,
             metrics=RequestMetrics(arrival_time=self.clock()),
         )
+        if params.bad_words:
+            encode = self.model.tokenizer.encode
+            seq.bad_word_ids = bad_words_token_ids(params.bad_words, lambda w: encode(w, add_special_tokens=False))
         if not params.greedy:
             seq.generator = new_generator(params.seed)
         self._live[request_id] = seq
@@ -156,6 +161,13 @@ class Engine:
                 "and at least one must remain for the output"
             )
         return ids
+
+    def validate_params(self, params: SamplingParams) -> None:
+        """Check what SamplingParams cannot check alone: token ids within this model's vocabulary."""
+        vocab = self.model.config.vocab_size
+        outside = [t for t, _ in params.logit_bias if t >= vocab]
+        if outside:
+            raise RequestError(f"logit_bias: token id {outside[0]} is outside the vocabulary [0, {vocab})")
 
     def abort(self, request_id: str) -> bool:
         """Stop a request now; its KV slot is free for the next step. False if it was not live."""
@@ -269,10 +281,12 @@ class Engine:
             else:
                 seq.num_computed += 1  # the fed token's keys and values are now cached
                 plain.append((seq, row_logits))
+        raw, processed = self._process(plain, verified)
+        n = len(plain)  # one row each
         if plain:
-            results += self._sample([s for s, _ in plain], torch.cat([lg for _, lg in plain]))
+            results += self._sample([s for s, _ in plain], processed[:n], raw[:n])
         if verified:
-            results += self._accept(batch, verified)
+            results += self._accept(batch, verified, processed[n:], raw[n:])
         outputs = self._emit(results)
         if self.speculator is not None and batch.decode:
             # What adaptive speculators learn from: outcomes, and what the step cost besides drafting
@@ -296,19 +310,41 @@ class Engine:
             logprobs = torch.log_softmax(logits[: len(targets)], dim=-1)
             seq.prompt_logprobs += logprob_entries(logprobs, targets, seq.params.prompt_logprobs)
 
-    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[Sequence, list[int], list]]:
-        tokens, logprobs = sample(logits, [s.params for s in seqs], [s.generator for s in seqs])
+    @staticmethod
+    def _process(
+        plain: list[tuple[Sequence, torch.Tensor]], verified: list[tuple[Sequence, Proposal, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(raw, processed) logits of every row, through the requests' processors in one batch: plain
+        rows first, then each verified row's k + 1 positions, position j with the first j proposals
+        as part of its history."""
+        pieces = [lg for _, lg in plain] + [lg for *_, lg in verified]
+        if not pieces:
+            return torch.empty(0), torch.empty(0)
+        rows = [LogitsRow(seq) for seq, _ in plain]
+        rows += [LogitsRow(seq, tuple(p.tokens[:j])) for seq, p, lg in verified for j in range(len(lg))]
+        raw = torch.cat(pieces)
+        return raw, process_logits(raw, rows)
+
+    def _sample(
+        self, seqs: list[Sequence], logits: torch.Tensor, raw: torch.Tensor
+    ) -> list[tuple[Sequence, list[int], list]]:
+        tokens, logprobs = sample(logits, [s.params for s in seqs], [s.generator for s in seqs], raw)
         return [(s, [t], [lp]) for s, t, lp in zip(seqs, tokens, logprobs, strict=True)]
 
     def _accept(
-        self, batch: StepBatch, verified: list[tuple[Sequence, Proposal, torch.Tensor]]
+        self,
+        batch: StepBatch,
+        verified: list[tuple[Sequence, Proposal, torch.Tensor]],
+        processed: torch.Tensor,
+        raw: torch.Tensor,
     ) -> list[tuple[Sequence, list[int], list]]:
-        """Verify rows' proposals against the target's logits; advance their KV positions."""
+        """Verify rows' proposals against the target's processed logits (the rows' positions one after
+        another); advance their KV positions."""
         seqs, proposals = [s for s, _, _ in verified], [p for _, p, _ in verified]
+        sizes = [len(lg) for _, _, lg in verified]
+        checked = verify(seqs, proposals, list(processed.split(sizes)), list(raw.split(sizes)))
         results, drafted, accepted = [], [], []
-        for seq, proposal, (tokens, logprobs) in zip(
-            seqs, proposals, verify(seqs, proposals, [lg for _, _, lg in verified]), strict=True
-        ):
+        for seq, proposal, (tokens, logprobs) in zip(seqs, proposals, checked, strict=True):
             seq.num_computed += len(tokens)  # the fed last token plus the accepted proposals hold valid KV
             drafted.append(len(proposal.tokens))
             accepted.append(len(tokens) - 1)

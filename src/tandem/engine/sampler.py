@@ -1,6 +1,12 @@
-"""Sampler: logits -> next tokens, per request: greedy, temperature, top-k, top-p, seed, logprobs."""
+"""Sampler: logits -> next tokens, per request: greedy, temperature, min-p, top-k, top-p, seed, logprobs.
+
+The logits it gets are already processed (penalties, biases, bans: tandem.engine.processors); the
+logprobs it reports are the model's own, from the unprocessed logits (vLLM's default, raw_logprobs).
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -17,12 +23,17 @@ def new_generator(seed: int | None) -> torch.Generator:
 
 
 def filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The distribution a request samples from: softmax(logits / T) cut by top-k, then top-p.
+    """The distribution a request samples from: softmax(logits / T) cut by min-p, top-k, then top-p
+    (vLLM's order: min-p and top-k commute, both keep a most-likely prefix).
 
     logits: [..., V] float32. Speculative rejection sampling uses the very same function, so the
     verified distribution is exactly the one plain sampling would use.
     """
     logits = logits / params.temperature
+    if params.min_p > 0.0:
+        # p < min_p * p_max  <=>  logit < max_logit + log(min_p): no softmax needed for the cut.
+        floor = logits.max(dim=-1, keepdim=True).values + math.log(params.min_p)
+        logits = logits.masked_fill(logits < floor, float("-inf"))
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -63,8 +74,10 @@ def sample(
     logits: torch.Tensor,
     params: list[SamplingParams],
     generators: list[torch.Generator | None],
+    raw_logits: torch.Tensor | None = None,
 ) -> tuple[list[int], list[TokenLogprob | None]]:
-    """logits: [B, V] float32 -> one token per row (and its logprobs where requested)."""
+    """logits: [B, V] float32, processed -> one token per row (and its logprobs where requested,
+    from raw_logits: the model's own before any processor; default: logits)."""
     greedy_tokens = logits.argmax(dim=-1).tolist()
     tokens: list[int] = []
     for row, p in enumerate(params):
@@ -77,7 +90,7 @@ def sample(
     wanted = [row for row, p in enumerate(params) if p.logprobs is not None]
     if wanted:
         # Logprobs of the model's own distribution, before temperature and cuts (as vLLM reports).
-        logprobs = torch.log_softmax(logits[wanted], dim=-1)
+        logprobs = torch.log_softmax((logits if raw_logits is None else raw_logits)[wanted], dim=-1)
         for i, row in enumerate(wanted):
             logprob_out[row] = _logprob_entry(logprobs[i], tokens[row], params[row].logprobs)
     return tokens, logprob_out

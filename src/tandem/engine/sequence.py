@@ -47,6 +47,8 @@ class Sequence:
     # params.prompt_logprobs: one entry per prompt token scored so far (None for the first token)
     prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
     prompt_logprobs_sent: bool = False
+    # params.bad_words as token sequences (tandem.engine.processors.bad_words_token_ids), set at admission
+    bad_word_ids: tuple[tuple[int, ...], ...] = ()
 
     @property
     def all_ids(self) -> list[int]:
@@ -71,19 +73,23 @@ class Sequence:
         return self.status is SequenceStatus.FINISHED
 
     def append(self, token_id: int, logprob: TokenLogprob | None = None) -> None:
-        """Add a sampled token and apply the stop rules (eos, stop ids, stop strings, lengths)."""
+        """Add a sampled token and apply the stop rules (eos, stop ids, stop strings, lengths); before
+        params.min_tokens tokens only the length limits apply (vLLM's rule)."""
         self.output_ids.append(token_id)
         if logprob is not None:
             self.pending_logprobs.append(logprob)
         params = self.params
+        may_stop = len(self.output_ids) >= params.min_tokens  # the processors keep EOS out before that
         is_eos = token_id in self.eos_ids and not params.ignore_eos
-        if is_eos or token_id in params.stop_token_ids:
+        if may_stop and (is_eos or token_id in params.stop_token_ids):
             self.finish("stop", None if is_eos else token_id)
             return
+        before = len(self.text)
         self.text += self.detokenizer.push(token_id)
-        for stop in params.stop:
-            # Only the tail can hold a new match: search from just before the released text.
-            at = self.text.find(stop, max(0, self.released - len(stop)))
+        for stop in params.stop if may_stop else ():
+            # Only a match ending in the new text is new (earlier ones ended the sequence or came
+            # before min_tokens).
+            at = self.text.find(stop, max(0, before - len(stop) + 1))
             if at >= 0:
                 self.text = self.text[: at + len(stop)] if params.include_stop_str_in_output else self.text[:at]
                 self.finish("stop", stop)

@@ -10,7 +10,10 @@ proposal (tandem.engine.engine). Acceptance is lossless:
 - sampled rows use rejection sampling (Leviathan et al. 2023): accept proposal x with probability
   min(1, p(x) / q(x)); on the first rejection sample from norm(max(0, p - q)); if all k are accepted,
   sample a bonus token from p. The output then has exactly the target's distribution p, where p and
-  q are the request's own filtered distributions (temperature, top-k, top-p).
+  q are the request's own filtered distributions (temperature, min-p, top-k, top-p).
+Both compare against the target's processed logits (penalties, biases, bans:
+tandem.engine.processors, applied per position with the proposals before it as history), the very
+distribution plain decoding samples from.
 Every row therefore gains between 1 and k + 1 tokens per step.
 """
 
@@ -69,15 +72,19 @@ class Speculator(Protocol):
 
 
 def verify(
-    seqs: list[Sequence], proposals: list[Proposal], logits: torch.Tensor | list[torch.Tensor]
+    seqs: list[Sequence],
+    proposals: list[Proposal],
+    logits: torch.Tensor | list[torch.Tensor],
+    raw_logits: torch.Tensor | list[torch.Tensor] | None = None,
 ) -> list[tuple[list[int], list[TokenLogprob | None]]]:
-    """Accept or reject each row's proposals against the target's logits: [B, k + 1, V], or one
-    [len(proposal) + 1, V] tensor per row.
+    """Accept or reject each row's proposals against the target's processed logits: [B, k + 1, V],
+    or one [len(proposal) + 1, V] tensor per row.
 
     Row i's logits[i][j] is the target's prediction after the last accepted token and the first j
     proposals. Returns, per row, the tokens to append (accepted proposals + one target token) and
-    their logprobs where the request asked for them.
+    their logprobs where the request asked for them (from raw_logits, the model's own; default: logits).
     """
+    raw_logits = logits if raw_logits is None else raw_logits
     results = []
     for row, (seq, proposal) in enumerate(zip(seqs, proposals, strict=True)):
         params, draft = seq.params, proposal.tokens
@@ -111,7 +118,7 @@ def verify(
                 tokens.append(int(torch.multinomial(p[len(draft)], 1, generator=seq.generator).item()))
         logprobs: list[TokenLogprob | None] = [None] * len(tokens)
         if params.logprobs is not None:
-            lp = torch.log_softmax(row_logits[: len(tokens)], dim=-1)
+            lp = torch.log_softmax(raw_logits[row][: len(tokens)], dim=-1)
             logprobs = [_logprob_entry(lp[j], t, params.logprobs) for j, t in enumerate(tokens)]
         results.append((tokens, logprobs))
     return results

@@ -17,6 +17,7 @@ import torch
 from tandem.contracts import OptimizedModel
 from tandem.data.bundled import bundled_draft_dir
 from tandem.engine.model_runner import ModelRunner
+from tandem.engine.processors import LogitsRow, process_logits
 from tandem.engine.sampler import filtered_probs
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback
@@ -95,6 +96,9 @@ class DraftModelSpeculator:
         probs: list[list[torch.Tensor]] = [[] for _ in seqs]
         active = list(range(len(seqs)))  # rows drafting this round; logits[j] is active[j]'s
         for step in range(max(lengths)):
+            # The request's processors (penalties, bans) on the draft too, so it proposes what the
+            # target will keep; verification is exact either way.
+            logits = process_logits(logits, [LogitsRow(seqs[i], tuple(tokens[i])) for i in active])
             for j, i in enumerate(active):
                 seq = seqs[i]
                 if seq.params.greedy:

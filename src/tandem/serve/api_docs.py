@@ -13,7 +13,17 @@ from pydantic import BaseModel
 
 from tandem.edge.openapi import Operation
 
-__all__ = ["SERVER_OPERATIONS", "Completion", "ChatCompletion", "ModelCard", "ModelList", "Usage"]
+__all__ = [
+    "SERVER_OPERATIONS",
+    "Completion",
+    "ChatCompletion",
+    "Detokenized",
+    "ModelCard",
+    "ModelList",
+    "Tokenized",
+    "Usage",
+    "Version",
+]
 
 
 class Usage(BaseModel):
@@ -71,6 +81,7 @@ class ModelCard(BaseModel):
     root: str | None = None
     max_model_len: int | None = None
     recipe: str | None = None
+    sampling_defaults: dict[str, float | int] | None = None  # omitted request fields -> these
 
 
 class ModelList(BaseModel):
@@ -95,7 +106,23 @@ class Load(BaseModel):
     healthy: bool
 
 
+class Tokenized(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class Detokenized(BaseModel):
+    prompt: str
+
+
+class Version(BaseModel):
+    version: str
+
+
 _GET = (401, 404, 500, 503)
+_TOKENS = (400, 401, 404, 408, 413, 500, 503)
 SERVER_OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/v1/completions", "post"): Operation(Completion, stream=True),
     ("/v1/chat/completions", "post"): Operation(ChatCompletion, stream=True),
@@ -105,4 +132,7 @@ SERVER_OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/ready", "get"): Operation(Status, errors=(500,), also={503: Status}),
     ("/load", "get"): Operation(Load, errors=(401, 500)),
     ("/metrics", "get"): Operation(ok_media="text/plain", errors=(401, 500)),
+    ("/tokenize", "post"): Operation(Tokenized, errors=_TOKENS),
+    ("/detokenize", "post"): Operation(Detokenized, errors=_TOKENS),
+    ("/version", "get"): Operation(Version, errors=(500,)),
 }

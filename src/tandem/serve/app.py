@@ -29,12 +29,15 @@ from tandem.serve.metrics import UNCOUNTED_PATHS
 from tandem.serve.openai_api import build_router
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
+from tandem.serve.tokens_api import build_tokens_router
 
-__all__ = ["FLEET_PROTECTED", "create_app", "describe_load_error"]
+__all__ = ["FLEET_PROTECTED", "PROTECTED", "create_app", "describe_load_error"]
 
 logger = logging.getLogger("tandem.serve")
 
-FLEET_PROTECTED = ("/v1", "/load", "/metrics", "/docs", "/redoc", "/openapi.json")
+# What an API key guards: the model's routes (GET /version, /health and /ready stay open, as in vLLM).
+PROTECTED = ("/v1", "/tokenize", "/detokenize")
+FLEET_PROTECTED = (*PROTECTED, "/load", "/metrics", "/docs", "/redoc", "/openapi.json")
 
 
 def describe_load_error(exc: BaseException) -> str:
@@ -105,6 +108,7 @@ def create_app(
     app.state.tandem = state
     install_error_handlers(app)
     app.include_router(build_router(state))
+    app.include_router(build_tokens_router(state))
 
     @app.get("/health")
     async def health() -> dict:
@@ -138,6 +142,6 @@ def create_app(
         # everything but the liveness and readiness probes needs the fleet's secret.
         app.add_middleware(ApiKeyMiddleware, api_key=config.fleet_secret.get_secret_value(), protected=FLEET_PROTECTED)
     elif config.api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
+        app.add_middleware(ApiKeyMiddleware, api_key=config.api_key, protected=PROTECTED)
     app.add_middleware(HttpResponseCounter, count=state.metrics.count_response, uncounted=UNCOUNTED_PATHS)
     return app

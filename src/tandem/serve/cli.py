@@ -53,6 +53,13 @@ def preflight(config: Settings) -> None:
 @click.option("--served-model-name", default=None, help="Name clients send as 'model' (default: the directory's).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None, help="Weights dtype.")
 @click.option(
+    "--generation-config",
+    type=click.Choice(["auto", "vllm"]),
+    default=None,
+    help="Defaults for omitted sampling fields: 'auto' from the model's generation_config.json, 'vllm' the "
+    "OpenAI API's (temperature 1).  [default: auto]",
+)
+@click.option(
     "--max-model-len",
     type=click.IntRange(min=2),
     default=None,

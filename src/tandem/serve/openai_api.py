@@ -45,6 +45,8 @@ def _model_card(served: ServedModel) -> dict:
         "root": served.path,
         "max_model_len": served.max_model_len,
         "recipe": served.recipe,
+        # What omitted sampling fields become (from generation_config.json; empty: the OpenAI API's).
+        "sampling_defaults": dict(served.sampling_defaults),
     }
 
 

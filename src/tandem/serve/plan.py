@@ -7,15 +7,25 @@ found here, before any engine work starts, and raised as an APIError naming the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from tandem.edge.errors import APIError
 from tandem.engine import PromptTooLongError, RequestError, SamplingParams
 from tandem.model import ChatTemplateError
-from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
+from tandem.serve.parameters import CHAT_NO_OPS, COMPLETION_NO_OPS, refuse_unimplemented
+from tandem.serve.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 
-__all__ = ["Choice", "Plan", "ModelLimits", "plan_completion", "plan_chat", "check_model_name"]
+__all__ = [
+    "Choice",
+    "Plan",
+    "ModelLimits",
+    "plan_completion",
+    "plan_chat",
+    "chat_prompt_ids",
+    "check_model_name",
+]
 
 # Completions default to 16 tokens as in OpenAI's API; chat defaults to the rest of the context.
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -33,6 +43,10 @@ class ModelLimits:
     render_chat: Callable[[list[dict]], str]  # raises ChatTemplateError
     bos_token: str | None = None
     decode: Callable[[list[int]], str] | None = None  # ids -> text (echo of a token-id prompt)
+    vocab_size: int | None = None  # logit_bias ids must be below it
+    # What an omitted sampling field becomes (request field -> value), from the model's
+    # generation_config.json unless --generation-config vllm; missing keys: the OpenAI API's defaults.
+    sampling_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,11 +79,8 @@ def check_model_name(requested: str, served: str) -> None:
 
 
 def _refuse_unsupported(req: CompletionRequest | ChatCompletionRequest) -> None:
-    unsupported: list[tuple[str, bool]] = [
-        ("presence_penalty", req.presence_penalty != 0),
-        ("frequency_penalty", req.frequency_penalty != 0),
-        ("logit_bias", bool(req.logit_bias)),
-    ]
+    refuse_unimplemented(req, COMPLETION_NO_OPS if isinstance(req, CompletionRequest) else CHAT_NO_OPS)
+    unsupported: list[tuple[str, bool]] = []
     if isinstance(req, CompletionRequest):
         unsupported += [
             ("suffix", req.suffix is not None),
@@ -129,16 +140,39 @@ def _max_tokens(
     return requested
 
 
-def _temperature(requested: float | None) -> float:
-    if requested is None:
-        return 1.0
+def _temperature(value: float) -> float:
     # Dividing logits by a tiny temperature overflows them to inf and the sampler to NaN (failing
     # every sequence in that engine step); below vLLM's threshold, sample greedily instead.
-    return 0.0 if requested < GREEDY_BELOW_TEMPERATURE else requested
+    return 0.0 if value < GREEDY_BELOW_TEMPERATURE else value
+
+
+# An omitted field's value when the model's generation config names none (the OpenAI API's).
+_OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+_PARAMS_FIELDS = frozenset(f.name for f in fields(SamplingParams))
+
+
+def _logit_bias(req: CompletionRequest | ChatCompletionRequest, vocab_size: int | None) -> dict[int, float]:
+    bias = {}
+    for key, value in (req.logit_bias or {}).items():
+        if not (key.isascii() and key.isdigit()):
+            raise APIError(
+                400, f"logit_bias: keys must be token ids, got {key!r}", param="logit_bias", code="invalid_value"
+            )
+        token = int(key)
+        if vocab_size is not None and token >= vocab_size:
+            raise APIError(
+                400,
+                f"logit_bias: token id {token} is outside the vocabulary [0, {vocab_size})",
+                param="logit_bias",
+                code="invalid_value",
+            )
+        bias[token] = value
+    return bias
 
 
 def _sampling_params(
     req: CompletionRequest | ChatCompletionRequest,
+    limits: ModelLimits,
     max_tokens: int,
     choice: int,
     logprobs: int | None,
@@ -147,23 +181,37 @@ def _sampling_params(
     seed = req.seed
     if seed is not None and choice:
         seed = (seed + choice) % 2**63  # n choices with one seed must still differ from each other
+
+    def given_or_default(name: str) -> Any:
+        value = getattr(req, name)
+        return value if value is not None else limits.sampling_defaults.get(name, _OPENAI_DEFAULTS[name])
+
     try:
         return SamplingParams(
             max_tokens=max_tokens,
-            temperature=_temperature(req.temperature),
+            temperature=_temperature(given_or_default("temperature")),
             # The sampler compares in float32, where a top_p below ~1e-38 is 0 and keeps no token at all;
             # any top_p this small means "the top token only", as 1e-6 does.
-            top_p=1.0 if req.top_p is None else max(req.top_p, 1e-6),
-            top_k=req.top_k or 0,
+            top_p=max(given_or_default("top_p"), 1e-6),
+            top_k=max(given_or_default("top_k"), 0),  # vLLM's -1: no cut
+            min_p=given_or_default("min_p"),
+            repetition_penalty=given_or_default("repetition_penalty"),
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            logit_bias=_logit_bias(req, limits.vocab_size),
+            min_tokens=req.min_tokens,
+            bad_words=tuple(req.bad_words or ()),
             seed=seed,
             stop=req.stop_list(),
             stop_token_ids=tuple(req.stop_token_ids or ()),
             ignore_eos=req.ignore_eos,
+            include_stop_str_in_output=req.include_stop_str_in_output,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
         )
-    except ValueError as exc:  # a backstop: the schema's ranges are meant to catch these first
-        raise APIError(400, str(exc), code="invalid_value") from None
+    except ValueError as exc:  # the schema's ranges catch most; cross-field rules (min_tokens) land here
+        name = str(exc).split(" ", 1)[0]
+        raise APIError(400, str(exc), param=name if name in _PARAMS_FIELDS else None, code="invalid_value") from None
 
 
 def _check_count(n: int, num_prompts: int, max_n: int, capacity: int) -> None:
@@ -195,16 +243,15 @@ def plan_completion(req: CompletionRequest, limits: ModelLimits, *, max_n: int, 
     prompt_logprobs = req.logprobs if req.echo else None
     choices, all_ids, texts = [], [], []
     for p_index, prompt in enumerate(prompts):
-        ids = limits.encode(prompt, True) if isinstance(prompt, str) else list(prompt)
+        ids = limits.encode(prompt, req.add_special_tokens) if isinstance(prompt, str) else list(prompt)
         ids = _check_prompt(limits, ids, "prompt")
         all_ids.append(ids)
         if req.echo:
             texts.append(prompt if isinstance(prompt, str) else _decode(limits, ids))
-        max_tokens = _max_tokens(
-            limits, req.max_tokens, len(ids), COMPLETION_DEFAULT_MAX_TOKENS, "max_tokens", "prompt"
-        )
+        default = limits.sampling_defaults.get("max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
+        max_tokens = _max_tokens(limits, req.max_tokens, len(ids), default, "max_tokens", "prompt")
         for j in range(req.n):
-            params = _sampling_params(req, max_tokens, j, req.logprobs, prompt_logprobs)
+            params = _sampling_params(req, limits, max_tokens, j, req.logprobs, prompt_logprobs)
             choices.append(Choice(p_index * req.n + j, p_index, params))
     return Plan(all_ids, choices, echo=req.echo, prompt_texts=tuple(texts))
 
@@ -221,17 +268,24 @@ def plan_chat(req: ChatCompletionRequest, limits: ModelLimits, *, max_n: int, ca
     _check_count(req.n, 1, max_n, capacity)
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs", code="invalid_value")
-    messages = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in req.messages]
-    try:
-        text = limits.render_chat(messages)
-    except ChatTemplateError as exc:
-        raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
-    # A template that writes the BOS token itself must not get a second one from the tokenizer.
-    add_special = not (limits.bos_token and text.startswith(limits.bos_token))
-    ids = _check_prompt(limits, limits.encode(text, add_special), "messages")
+    ids = _check_prompt(limits, chat_prompt_ids(limits, req.messages, req.add_special_tokens), "messages")
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    max_tokens = _max_tokens(limits, requested, len(ids), None, param, "messages")
+    max_tokens = _max_tokens(limits, requested, len(ids), limits.sampling_defaults.get("max_tokens"), param, "messages")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    choices = [Choice(j, 0, _sampling_params(req, max_tokens, j, logprobs)) for j in range(req.n)]
+    choices = [Choice(j, 0, _sampling_params(req, limits, max_tokens, j, logprobs)) for j in range(req.n)]
     return Plan([ids], choices)
+
+
+def chat_prompt_ids(limits: ModelLimits, messages: list[ChatMessage], add_special_tokens: bool | None) -> list[int]:
+    """The token ids chat completions run for `messages` (the template's text with a generation prompt);
+    POST /tokenize counts the same. A ChatTemplateError is a 400 naming messages."""
+    rendered = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in messages]
+    try:
+        text = limits.render_chat(rendered)
+    except ChatTemplateError as exc:
+        raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
+    if add_special_tokens is None:
+        # A template that writes the BOS token itself must not get a second one from the tokenizer.
+        add_special_tokens = not (limits.bos_token and text.startswith(limits.bos_token))
+    return limits.encode(text, add_special_tokens)

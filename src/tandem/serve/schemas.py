@@ -1,31 +1,47 @@
 """Request bodies of the OpenAI API, as strict pydantic models (they are also the OpenAPI schema).
 
-Strict: "5" is not an integer and true is not a number, as in OpenAI's API. Unknown fields are
-ignored (clients send newer OpenAI fields), but fields tandem cannot honour with a non-default
-value (penalties, logit_bias, tools, suffix...) are refused later with a 400 naming them, rather
-than silently ignored.
+Strict: "5" is not an integer and true is not a number, as in OpenAI's API. A request body keeps
+the fields it does not declare, and the route refuses them with a 400 naming them unless they are
+a known no-op (tandem.serve.parameters); declared fields tandem cannot honour with a non-default
+value (tools, suffix, ...) are refused the same way. Nothing is ignored silently.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
     "ContentPart",
+    "DetokenizeRequest",
     "StreamOptions",
+    "TokenizeRequest",
+    "MAX_BAD_WORDS",
+    "MAX_LOGIT_BIAS",
     "MAX_STOP_STRINGS",
     "MAX_LOGPROBS",
 ]
 
 MAX_STOP_STRINGS = 16
+MAX_BAD_WORDS = 256
+MAX_LOGIT_BIAS = 1024  # entries; each is applied at every step
 MAX_LOGPROBS = 20  # the engine returns at most 20 alternatives per token
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
+# Request bodies keep undeclared fields for the route to refuse by name (tandem.serve.parameters).
+_REQUEST = ConfigDict(strict=True, allow_inf_nan=False, extra="allow")
 
 
 def _reword(handler: ValidatorFunctionWrapHandler, value: Any, message: str) -> Any:
@@ -37,7 +53,7 @@ def _reword(handler: ValidatorFunctionWrapHandler, value: Any, message: str) -> 
 
 
 class StreamOptions(BaseModel):
-    model_config = _STRICT
+    model_config = ConfigDict(strict=True, extra="forbid")
     include_usage: bool = False
 
 
@@ -76,7 +92,7 @@ class ChatMessage(BaseModel):
 class _SamplingFields(BaseModel):
     """Fields both endpoints share."""
 
-    model_config = _STRICT
+    model_config = _REQUEST
 
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
@@ -87,14 +103,21 @@ class _SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=0, lt=2**63)
-    presence_penalty: float = Field(0.0, ge=-2, le=2)
-    frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    # Token id (as a string, OpenAI's form) -> a bias added to its logit.
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(None, max_length=MAX_LOGIT_BIAS)
     user: str | None = None
-    # Extensions vLLM also accepts (the openai client passes them through extra_body).
-    top_k: int | None = Field(None, ge=0)
+    # Extensions vLLM also accepts (the openai client passes them through extra_body). Omitted
+    # sampling fields default to the model's generation_config.json (`--generation-config auto`).
+    top_k: int | None = Field(None, ge=-1)  # -1 or 0: no cut
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, ge=0.01, le=100)  # tandem.engine's REPETITION_PENALTY_RANGE
+    min_tokens: int = Field(0, ge=0)
+    bad_words: list[str] | None = Field(None, max_length=MAX_BAD_WORDS)
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    include_stop_str_in_output: bool = False
 
     @field_validator("stop", mode="wrap")
     @classmethod
@@ -123,6 +146,7 @@ class CompletionRequest(_SamplingFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = Field(None, ge=1)
+    add_special_tokens: bool = True  # the tokenizer's BOS before a text prompt (vLLM's extra)
 
     @field_validator("prompt", mode="wrap")
     @classmethod
@@ -151,3 +175,30 @@ class ChatCompletionRequest(_SamplingFields):
     tools: list[Any] | None = None
     tool_choice: Any = None
     response_format: dict[str, Any] | None = None
+    # The tokenizer's special tokens around the rendered chat; default: a BOS unless the template wrote one.
+    add_special_tokens: bool | None = None
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's POST /tokenize: a text prompt, or chat messages rendered as chat completions would."""
+
+    model_config = _REQUEST
+    model: str | None = Field(None, min_length=1)
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    add_special_tokens: bool | None = None  # default: as completions (prompt) or chat completions (messages)
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of prompt or messages")
+        return self
+
+
+class DetokenizeRequest(BaseModel):
+    """vLLM's POST /detokenize."""
+
+    model_config = _REQUEST
+    model: str | None = Field(None, min_length=1)
+    tokens: list[Annotated[int, Field(ge=0)]]

@@ -6,14 +6,18 @@ model, apply the recipe through the optimizer registry, start an engine sized by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tandem.edge.settings import Settings
 from tandem.engine import AsyncEngine, Engine, EngineConfig
 from tandem.serve.plan import ModelLimits
 
 __all__ = ["ServedModel", "load_served_model", "resolve_recipe"]
+
+logger = logging.getLogger("tandem.serve")
 
 
 @dataclass
@@ -31,12 +35,26 @@ class ServedModel:
         return self.async_engine.engine
 
     @property
+    def sampling_defaults(self) -> Mapping[str, Any]:
+        """What omitted request fields become (from generation_config.json; empty: the OpenAI API's)."""
+        return self.limits.sampling_defaults
+
+    @property
     def num_slots(self) -> int:
         return self.engine.batcher.num_slots
 
     @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len
+
+    def detokenize(self, ids: list[int]) -> str:
+        """Token ids -> text, special tokens included (POST /detokenize, as vLLM)."""
+        return self.engine.model.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def token_strs(self, ids: list[int]) -> list[str]:
+        """Each id's token as the vocabulary spells it (POST /tokenize's token_strs, as vLLM)."""
+        tokenizer = self.engine.model.tokenizer
+        return [tokenizer.id_to_token(t) or "" for t in ids]
 
     def shutdown(self) -> None:
         self.async_engine.shutdown()
@@ -51,9 +69,26 @@ def resolve_recipe(recipe: str | None) -> str:
     return defaults.DEFAULT_RECIPE
 
 
+def _usable(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The generation config's defaults that SamplingParams accepts; the others are logged and skipped
+    (a value the engine refuses would otherwise fail every request that omits the field)."""
+    from tandem.engine import SamplingParams
+
+    usable = {}
+    for name, value in defaults.items():
+        try:
+            SamplingParams(**{name: value, "max_tokens": value if name == "max_tokens" else 16})
+        except ValueError as exc:
+            logger.warning("generation_config.json: %s; requests that omit %s get the API's default", exc, name)
+        else:
+            usable[name] = value
+    return usable
+
+
 def load_served_model(config: Settings, created: int) -> ServedModel:
     """Load, optimize and start the engine. Raises ModelLoadError, RecipeError or ValueError."""
     from tandem.model import load_model
+    from tandem.model.generation_config import sampling_defaults
     from tandem.optimize import apply_recipe
 
     model = load_model(config.model, dtype=config.dtype, max_model_len=config.max_model_len)
@@ -78,6 +113,10 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
         render_chat=lambda messages: tokenizer.apply_chat_template(messages, add_generation_prompt=True),
         bos_token=tokenizer.bos_token,
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+        vocab_size=model.config.vocab_size,
+        sampling_defaults=_usable(sampling_defaults(model.generation_defaults))
+        if config.generation_config == "auto"
+        else {},
     )
     return ServedModel(
         name=limits.name,

@@ -13,9 +13,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -25,7 +26,7 @@ from tandem.edge.settings import Settings
 from tandem.serve.app import create_app
 from tandem.serve.served import ServedModel, load_served_model
 
-__all__ = ["run_server", "startup_banner", "TandemServer", "client_host"]
+__all__ = ["run_server", "startup_banner", "describe_defaults", "TandemServer", "client_host"]
 
 logger = logging.getLogger("tandem.serve")
 
@@ -60,6 +61,16 @@ def client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def describe_defaults(defaults: Mapping[str, Any], source: str) -> str:
+    """One line: what a request that omits sampling fields gets, and where that comes from."""
+    if source != "auto":
+        return "the OpenAI API's (--generation-config vllm)"
+    if not defaults:
+        return "the OpenAI API's (the model's generation_config.json sets none)"
+    listed = ", ".join(f"{k}={v}" for k, v in defaults.items())
+    return f"{listed} (the model's generation_config.json; --generation-config vllm for the OpenAI API's)"
+
+
 def startup_banner(config: Settings, served: ServedModel, port: int) -> str:
     base = f"http://{client_host(config.host)}:{port}"
     body = json.dumps({"model": served.name, "prompt": "def fibonacci(n):", "max_tokens": 64})
@@ -70,6 +81,7 @@ def startup_banner(config: Settings, served: ServedModel, port: int) -> str:
             f"  model:  {served.name} ({served.path}), context {served.max_model_len} tokens",
             f"  recipe: {served.recipe}",
             f"  slots:  {served.num_slots} running + {config.max_queue} queued sequences",
+            f"  sampling defaults: {describe_defaults(served.sampling_defaults, config.generation_config)}",
             "  try:",
             f"    curl {base}/v1/completions -H 'Content-Type: application/json'{auth} \\",
             f"      -d '{body}'",

@@ -1,0 +1,130 @@
+"""Logits processors: what a request's history does to its next-token logits, for many rows at once.
+
+Plain sampling and speculative verification both go through `process_logits`. A row of logits is
+the target's prediction after a sequence's output so far plus, when verifying, the draft tokens
+before that position; the processors see exactly that history. So the distribution drafts are
+verified against is the one plain decoding samples from, and greedy output with penalties is the
+same with and without speculation, solo and batched.
+
+Definitions and order are vLLM's (OpenAI's for the presence and frequency penalties):
+1. bad_words: a one-token word is banned everywhere; a longer one's last token is banned where the
+   output ends with the rest of it (vLLM's NoBadWordsLogitsProcessor, over output tokens);
+2. min_tokens: EOS and stop_token_ids are banned while the output is shorter than min_tokens;
+3. logit_bias is added;
+4. repetition_penalty over prompt and output tokens (positive logits divided by it, negative ones
+   multiplied), then frequency_penalty x count and presence_penalty x (count > 0) over output
+   tokens are subtracted.
+A ban is -inf, which no later step lifts, so bans are written last. Temperature, min_p, top-k and
+top-p follow in the sampler (tandem.engine.sampler). Each processor is one tensor operation over
+every row that uses it, with per-row parameters; rows that use none cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tandem.engine.sequence import Sequence as EngineSequence
+
+__all__ = ["LogitsRow", "bad_words_token_ids", "process_logits"]
+
+
+@dataclass(frozen=True)
+class LogitsRow:
+    """A row of logits: the prediction after seq's output followed by `drafted` (proposals under verification)."""
+
+    seq: EngineSequence
+    drafted: tuple[int, ...] = ()
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.seq.output_ids + list(self.drafted) if self.drafted else self.seq.output_ids
+
+
+def bad_words_token_ids(words: Iterable[str], encode: Callable[[str], list[int]]) -> tuple[tuple[int, ...], ...]:
+    """The token sequences that spell each word, as vLLM derives them: the word itself (stripped of
+    leading spaces), and with one leading space when that tokenizes to a different first token but
+    as many tokens (the word in the middle of text). `encode` adds no special tokens."""
+    out: list[tuple[int, ...]] = []
+    for word in words:
+        bare = tuple(encode(word.lstrip()))
+        if not bare:
+            continue
+        out.append(bare)
+        spaced = tuple(encode(" " + word.lstrip()))
+        if spaced and spaced[0] != bare[0] and len(spaced) == len(bare):
+            out.append(spaced)
+    return tuple(out)
+
+
+def _banned(row: LogitsRow) -> list[int]:
+    seq, output = row.seq, row.output_ids
+    banned = []
+    for word in seq.bad_word_ids:
+        prefix = len(word) - 1
+        if prefix == 0 or (prefix <= len(output) and tuple(output[len(output) - prefix :]) == word[:-1]):
+            banned.append(word[-1])
+    if len(output) < seq.params.min_tokens:
+        banned += [*seq.eos_ids, *seq.params.stop_token_ids]
+    return banned
+
+
+def _index(pairs: list[tuple[int, int]], vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # Ids beyond this vocabulary (a draft model's smaller one) are dropped.
+    kept = [(r, t) for r, t in pairs if t < vocab]
+    rows = torch.tensor([r for r, _ in kept], dtype=torch.long)
+    return rows, torch.tensor([t for _, t in kept], dtype=torch.long)
+
+
+def _penalize(logits: torch.Tensor, rows: list[LogitsRow], which: list[int]) -> None:
+    """Repetition, frequency and presence penalties for the rows `which`, in place, in one pass."""
+    vocab = logits.shape[-1]
+    params = [rows[i].seq.params for i in which]
+    generated = [(j, t) for j, i in enumerate(which) for t in rows[i].output_ids]
+    repeating = [(j, i) for j, i in enumerate(which) if params[j].repetition_penalty != 1.0]
+    prompt = [(j, t) for j, i in repeating for t in rows[i].seq.prompt_ids]
+    counts = torch.zeros((len(which), vocab), dtype=logits.dtype)
+    out_rows, out_ids = _index(generated, vocab)
+    counts.index_put_((out_rows, out_ids), torch.ones(len(out_ids), dtype=logits.dtype), accumulate=True)
+    seen = counts > 0
+    seen_prompt = torch.zeros_like(seen)
+    seen_prompt[_index(prompt, vocab)] = True
+    column = lambda values: torch.tensor(values, dtype=logits.dtype)[:, None]  # noqa: E731
+    repetition = column([p.repetition_penalty for p in params])
+    sub = logits[which]
+    sub = torch.where(seen | seen_prompt, torch.where(sub > 0, sub / repetition, sub * repetition), sub)
+    sub -= column([p.frequency_penalty for p in params]) * counts
+    sub -= column([p.presence_penalty for p in params]) * seen
+    logits[which] = sub
+
+
+def process_logits(logits: torch.Tensor, rows: Sequence[LogitsRow]) -> torch.Tensor:
+    """logits [N, V] (row i predicts after rows[i]'s history) -> the processed logits; the input is
+    returned unchanged (not copied) when no row uses a processor."""
+    active = [i for i, row in enumerate(rows) if row.seq.params.processes_logits]
+    if not active:
+        return logits
+    logits = logits.clone()
+    vocab = logits.shape[-1]
+    banned: list[tuple[int, int]] = []
+    biased: list[tuple[int, int]] = []
+    bias_values: list[float] = []
+    penalized: list[int] = []
+    for i in active:
+        params = rows[i].seq.params
+        banned += [(i, t) for t in _banned(rows[i])]
+        for token, bias in params.logit_bias:
+            if token < vocab:
+                biased.append((i, token))
+                bias_values.append(bias)
+        if params.repetition_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
+            penalized.append(i)
+    if biased:
+        logits.index_put_(_index(biased, vocab), torch.tensor(bias_values, dtype=logits.dtype), accumulate=True)
+    if penalized:
+        _penalize(logits, list(rows), penalized)
+    if banned:
+        logits[_index(banned, vocab)] = float("-inf")
+    return logits
