@@ -36,7 +36,7 @@ PLACEHOLDERS = {
     "host": "the address to bind (the backend's host; on Ray the node's address)",
     "model": "the variant's model (a path or a hub name, as the engine takes it)",
     "threads": "the variant's threads (CPU engines: llama.cpp's --n_threads)",
-    "served_model_name": "the name clients put in \"model\" (what the gateway serves as)",
+    "served_model_name": 'the name clients put in "model" (what the gateway serves as)',
     "replica_id": "the gateway's name for this replica",
     "variant": "the variant's name",
     "region": "the replica's region",
