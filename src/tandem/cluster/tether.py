@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             pass
     if code < 0:  # die of the same signal, so the backend sees what the server saw (-15: SIGTERM)
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code if code >= 0 else 128 - code
 

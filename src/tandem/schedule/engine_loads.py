@@ -3,8 +3,8 @@
 A tandem replica reports its load on GET /load; vLLM, SGLang and llama.cpp's server publish
 theirs as Prometheus gauges. One adapter per engine names the gauges for running requests, queued
 requests and the fraction of the KV cache in use (`ADAPTERS`); `load_from_metrics` reads them with
-prometheus_client's parser (summing over label sets: a server with several engines or ranks
-publishes one series each). The result's `source` is the adapter's name.
+prometheus_client's parser (a server with several engines or ranks publishes one series each:
+requests are summed, KV fractions averaged). The result's `source` is the adapter's name.
 
 - vllm: `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`
   (before vLLM 0.10 `vllm:gpu_cache_usage_perc`; both are a fraction in 0..1 despite the name).
@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tandem.contracts import ReplicaLoad
 
-__all__ = ["ADAPTERS", "GATEWAY_INFLIGHT", "MetricNames", "load_from_metrics", "metric_sums"]
+__all__ = ["ADAPTERS", "GATEWAY_INFLIGHT", "MetricNames", "load_from_metrics", "metric_samples"]
 
 GATEWAY_INFLIGHT = "gateway-inflight"
 
@@ -51,13 +51,13 @@ ADAPTERS: dict[str, MetricNames] = {
 }  # fmt: skip
 
 
-def metric_sums(text: str) -> dict[str, float]:
-    """Prometheus text -> {sample name: sum over its label sets} (ValueError on text that does not parse)."""
-    sums: dict[str, float] = defaultdict(float)
+def metric_samples(text: str) -> dict[str, list[float]]:
+    """Prometheus text -> {sample name: its values, one per label set} (ValueError on text that does not parse)."""
+    samples: dict[str, list[float]] = defaultdict(list)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            sums[sample.name] += sample.value
-    return dict(sums)
+            samples[sample.name].append(sample.value)
+    return dict(samples)
 
 
 def load_from_metrics(
@@ -67,17 +67,19 @@ def load_from_metrics(
     names = ADAPTERS.get(adapter)
     if names is None:
         raise ValueError(f"no metrics adapter {adapter!r} (known: {', '.join(ADAPTERS)})")
-    sums = metric_sums(text)
-    missing = [name for name in (names.running, names.waiting) if name not in sums]
+    samples = metric_samples(text)
+    missing = [name for name in (names.running, names.waiting) if name not in samples]
     if missing:
         raise ValueError(f"no {missing[0]} in its metrics (is this a {adapter} server, with metrics on?)")
-    kv_used = next((sums[name] for name in names.kv_used if name in sums), 0.0)
+    # Requests add up over a server's engines (data-parallel ranks); KV use is each one's fraction: the mean.
+    kv = next((samples[name] for name in names.kv_used if name in samples), [0.0])
+    kv_used = sum(kv) / len(kv)
     return ReplicaLoad(
         replica_id=replica_id,
         region=region,
         variant=variant,
-        running=max(0, round(sums[names.running])),
-        waiting=max(0, round(sums[names.waiting])),
+        running=max(0, round(sum(samples[names.running]))),
+        waiting=max(0, round(sum(samples[names.waiting]))),
         kv_used=min(1.0, max(0.0, kv_used)),
         healthy=healthy,
         source=adapter,
