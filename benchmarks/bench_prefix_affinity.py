@@ -45,8 +45,9 @@ CONFIGS = {
 
 def system_prompts(count: int, tokens: int) -> list[str]:
     """`count` system prompts of about `tokens` tokens: windows of different held-out files."""
-    from tandem.model import Tokenizer, default_model_dir
     from tandem.optimize.workload import heldout_texts
+
+    from tandem.model import Tokenizer, default_model_dir
 
     tokenizer = Tokenizer(default_model_dir())
     prompts = []

@@ -27,7 +27,11 @@ def vllm_metrics(name: str, running: int) -> str:
     lines = []
     for metric, value in (("num_requests_running", running), ("num_requests_waiting", 0),
                           ("kv_cache_usage_perc", running / 8)):  # fmt: skip
-        lines += [f"# HELP vllm:{metric} fake", f"# TYPE vllm:{metric} gauge", f'vllm:{metric}{{model_name="{name}"}} {value}']
+        lines += [
+            f"# HELP vllm:{metric} fake",
+            f"# TYPE vllm:{metric} gauge",
+            f'vllm:{metric}{{model_name="{name}"}} {value}',
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -89,8 +93,8 @@ def main() -> None:
                 if not body.get("stream"):
                     time.sleep(args.token_delay_s * n)
                     choice = {"index": 0, "text": "".join(words), "finish_reason": "length", "logprobs": None}
-                    self._send(200, json.dumps({"id": "cmpl-fake", "object": "text_completion", "model":
-                                                args.served_model_name, "choices": [choice], "usage": usage}))  # fmt: skip
+                    answer = {"id": "cmpl-fake", "model": args.served_model_name, "choices": [choice], "usage": usage}
+                    self._send(200, json.dumps({**answer, "object": "text_completion"}))
                     return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")

@@ -23,8 +23,9 @@ while True:
 
 def tether(tmp_path, parent_pid: int | None = None, child: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     pidfile = str(tmp_path / "child.pid")
+    command = child or [sys.executable, "-c", CHILD, pidfile]
     argv = [sys.executable, "-m", "tandem.cluster.tether", "--parent-pid", str(parent_pid or os.getpid()),
-            "--interval-s", "0.05", "--grace-s", "5", "--", *(child or [sys.executable, "-c", CHILD, pidfile])]  # fmt: skip
+            "--interval-s", "0.05", "--grace-s", "5", "--", *command]  # fmt: skip
     return subprocess.Popen(argv), pidfile
 
 

@@ -23,8 +23,18 @@ def external(lo: int = 1, hi: int = 2) -> dict:
     return {
         "name": "ext",
         "engine": "external",
-        "command": [sys.executable, FAKE, "--host", "{host}", "--port", "{port}", "--served-model-name",
-                    "{served_model_name}", "--token-delay-s", "0.01"],  # fmt: skip
+        "command": [
+            sys.executable,
+            FAKE,
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--served-model-name",
+            "{served_model_name}",
+            "--token-delay-s",
+            "0.01",
+        ],  # fmt: skip
         "env": {"API_KEY": "{api_key}"},  # it demands the fleet's bearer token, as vLLM with VLLM_API_KEY
         "metrics": {"adapter": "vllm"},
         "replicas": {"min": lo, "max": hi},
@@ -49,8 +59,12 @@ def test_an_external_variant_serves_scales_reports_its_load_and_falls_back(serve
         "threads": 1,
         "variants": [external(), variant("cpu")],
         "fallback": "cpu",
-        "policy": {"name": "hpa", "interval_s": 0.5, "params": {"target": 2, "scale_down_stabilization_s": 3},
-                   "limits": {"max_scale_down_rate": 10}},  # fmt: skip
+        "policy": {
+            "name": "hpa",
+            "interval_s": 0.5,
+            "params": {"target": 2, "scale_down_stabilization_s": 3},
+            "limits": {"max_scale_down_rate": 10},
+        },  # fmt: skip
         "controller": {"drain_timeout_s": 30},
     }
     gw = RunningGateway(raw, tmp_path / "logs")

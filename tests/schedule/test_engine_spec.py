@@ -1,4 +1,4 @@
-"""A variant's engine in the deployment file: `engine: external` parses into an ExternalEngine; bad ones name the field."""
+"""A variant's engine in the deployment file: `engine: external` becomes an ExternalEngine; errors name fields."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import pytest
 from tandem.cluster.external import ExternalEngine
 from tandem.schedule.deployment import DeploymentError, deployment_schema, parse_deployment
 
-VLLM = ["vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}", "--served-model-name", "{served_model_name}"]
+VLLM = [
+    "vllm",
+    "serve",
+    "{model}",
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+    "--served-model-name",
+    "{served_model_name}",
+]
 
 
 def deployment(**external):
