@@ -136,6 +136,8 @@ async def _served_model(client: httpx.AsyncClient, url: str) -> tuple[str, int]:
         response = await client.get(url.rstrip("/") + "/v1/models")
     except httpx.HTTPError as exc:
         raise EndpointError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
+    if response.status_code in (401, 403):
+        raise EndpointError(f"GET {url}/v1/models answered {response.status_code}: give its key (--api-key)")
     if response.status_code != 200:
         raise EndpointError(f"GET {url}/v1/models answered {response.status_code}: pass --model NAME")
     try:
