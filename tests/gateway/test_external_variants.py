@@ -23,21 +23,25 @@ def external(lo: int = 1, hi: int = 2) -> dict:
     return {
         "name": "ext",
         "engine": "external",
-        "command": [
-            sys.executable,
-            FAKE,
-            "--host",
-            "{host}",
-            "--port",
-            "{port}",
-            "--served-model-name",
-            "{served_model_name}",
-            "--token-delay-s",
-            "0.01",
-        ],  # fmt: skip
+        "command": [sys.executable, FAKE, "--host", "{host}", "--port", "{port}", "--token-delay-s", "0.01",
+                    "--served-model-name", "{served_model_name}"],  # fmt: skip
         "env": {"API_KEY": "{api_key}"},  # it demands the fleet's bearer token, as vLLM with VLLM_API_KEY
         "metrics": {"adapter": "vllm"},
         "replicas": {"min": lo, "max": hi},
+    }
+
+
+def beside_a_tandem_fallback(ext: dict, target: int, **more) -> dict:
+    """A deployment: the external variant `ext` first, a tandem variant "cpu" its fallback; hpa scaling
+    at `target` requests a replica, back down 3 s after the load stops."""
+    return {
+        "threads": 1,
+        "variants": [ext, variant("cpu")],
+        "fallback": "cpu",
+        "policy": {"name": "hpa", "interval_s": 0.5, "params": {"target": target, "scale_down_stabilization_s": 3},
+                   "limits": {"max_scale_down_rate": 10}},  # fmt: skip
+        "controller": {"drain_timeout_s": 60},
+        **more,
     }
 
 
@@ -54,19 +58,7 @@ def completion(url: str, stream: bool = False) -> httpx.Response:
 
 @pytest.mark.slow
 def test_an_external_variant_serves_scales_reports_its_load_and_falls_back(serve_model_dir, tmp_path):
-    raw = {
-        "model": str(serve_model_dir),
-        "threads": 1,
-        "variants": [external(), variant("cpu")],
-        "fallback": "cpu",
-        "policy": {
-            "name": "hpa",
-            "interval_s": 0.5,
-            "params": {"target": 2, "scale_down_stabilization_s": 3},
-            "limits": {"max_scale_down_rate": 10},
-        },  # fmt: skip
-        "controller": {"drain_timeout_s": 30},
-    }
+    raw = beside_a_tandem_fallback(external(), target=2, model=str(serve_model_dir))
     gw = RunningGateway(raw, tmp_path / "logs")
     try:
         gw.wait_ready("ext")

@@ -29,7 +29,7 @@ from tandem.gate.verdict import Verdict
 from tandem.profile_endpoint import measure_endpoint
 
 from .harness import MODEL_NAME, REPLICA_ARGS, Load, RunningGateway, metric, wait_for
-from .test_external_variants import engine_pid
+from .test_external_variants import beside_a_tandem_fallback, engine_pid
 
 pytestmark = [pytest.mark.external, pytest.mark.slow]
 
@@ -50,21 +50,7 @@ def llama() -> dict:
 
 
 def test_llamacpp_replicas_route_scale_fall_back_and_profile(llama, tmp_path):
-    raw = {
-        "threads": 1,
-        "variants": [
-            {**llama, "replicas": {"min": 1, "max": 2}},
-            {"name": "cpu", "recipe": "baseline", "replicas": {"min": 1, "max": 1}, "args": REPLICA_ARGS},
-        ],
-        "fallback": "cpu",
-        "policy": {
-            "name": "hpa",
-            "interval_s": 0.5,
-            "params": {"target": 1, "scale_down_stabilization_s": 3},
-            "limits": {"max_scale_down_rate": 10},
-        },  # fmt: skip
-        "controller": {"drain_timeout_s": 60},
-    }
+    raw = beside_a_tandem_fallback({**llama, "replicas": {"min": 1, "max": 2}}, target=1)
     gw = RunningGateway(raw, tmp_path / "logs")
     try:
         gw.wait_ready("llama")

@@ -7,17 +7,8 @@ import pytest
 from tandem.cluster.external import ExternalEngine
 from tandem.schedule.deployment import DeploymentError, deployment_schema, parse_deployment
 
-VLLM = [
-    "vllm",
-    "serve",
-    "{model}",
-    "--host",
-    "{host}",
-    "--port",
-    "{port}",
-    "--served-model-name",
-    "{served_model_name}",
-]
+SERVED = ["--served-model-name", "{served_model_name}"]
+VLLM = ["vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}", *SERVED]
 
 
 def deployment(**external):
