@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # itself on a fresh clone and is a no-op install afterwards.
 SETUP := $(VENV)/.tandem-setup
 
-.PHONY: setup test lint kernels run bench clean
+.PHONY: setup test lint kernels run bench external clean
 
 setup: $(SETUP)
 
@@ -37,6 +37,12 @@ run: $(SETUP)
 
 bench: $(SETUP)
 	$(BIN)/python benchmarks/bench_decode.py
+
+# llama.cpp's OpenAI-compatible server (llama-cpp-python[server]) compiled for this CPU into its own
+# venv in the user's cache, for the external-engine tests (marked `external`; they skip without it).
+# The first build compiles llama.cpp (about 18 minutes on 2 shared cores); later runs reuse the wheel.
+external:
+	deploy/external/build_llamacpp.sh
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

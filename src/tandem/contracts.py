@@ -134,3 +134,6 @@ class ReplicaLoad:
     waiting: int
     kv_used: float  # fraction of the KV budget in use
     healthy: bool
+    # Who measured it: "tandem" (the replica's GET /load), an external engine's metrics adapter
+    # ("vllm", "sglang", "llamacpp"), or "gateway-inflight" (the gateway's own count of requests).
+    source: str = "tandem"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,34 @@ def test_tandem_serve_backend_ray_joins_the_cluster_and_says_so(ray_cluster, mod
     log = server.log()
     assert f"replicas: Ray: connected to the Ray cluster at {ray_cluster.cluster.address} (given); 3 nodes" in log
     assert server.proc.returncode == 0, log[-3000:]
+
+
+def test_an_external_engine_is_a_ray_replica_on_its_regions_node(ray_cluster, model_dir, tmp_path):
+    """A stand-in OpenAI-compatible server (tests/fake_openai_server.py), not `tandem serve`, as the
+    replica a Ray actor starts on the eu node: routed to, its load read from its metrics, given the
+    fleet secret through `{api_key}`, stopped with its actor."""
+    fake = str(Path(__file__).parents[1] / "fake_openai_server.py")
+    external = {
+        "name": "ext", "engine": "external", "regions": ["eu"], "replicas": {"min": 1, "max": 1},
+        "command": [sys.executable, fake, "--host", "{host}", "--port", "{port}", "--served-model-name", "{variant}"],
+        "env": {"API_KEY": "{api_key}"}, "metrics": {"adapter": "vllm"},
+    }  # fmt: skip
+    gw = gateway(deployment(model_dir, [external]), tmp_path)
+    try:
+        gw.wait_ready("ext", timeout=120)
+        (replica,) = gw.backend.list()
+        assert ray_cluster.name_of(replica.node) == "eu"
+        answer = completion(gw.url)
+        assert answer.status_code == 200 and answer.json()["choices"][0]["text"].startswith(" tok0"), answer.text
+
+        def source() -> str | None:
+            (view,) = httpx.get(gw.url + "/admin/replicas", timeout=10).json()["replicas"]
+            return (view["load"] or {}).get("source")
+
+        wait_for(lambda: source() == "vllm", 20, "a load report from its metrics")
+    finally:
+        gw.stop()
+    assert [r.exit_code for r in gw.backend.exited] == [0]  # SIGTERM through the tether: it stopped cleanly
 
 
 def test_a_node_removed_under_load_loses_no_request_and_the_fleet_recovers(ray_cluster, model_dir, tmp_path):

@@ -3,6 +3,7 @@ starting replicas (fake backends)."""
 
 import asyncio
 import json
+import uuid
 from dataclasses import replace
 
 import httpx
@@ -68,7 +69,7 @@ def test_run_pairs_mirrors_every_request_then_scores_after_the_last():
             return await run_pairs(bodies, client, "http://inc", "http://cand", concurrency=2, warmup=1)
 
     result = asyncio.run(main())
-    assert [p.request_id for p in result.pairs] == [f"gate-{i}" for i in range(6)]
+    assert [p.request_id for p in result.pairs] == [str(uuid.UUID(int=i)) for i in range(6)]
     assert all(p.comparable and p.agreement.method == "shared-prefix" for p in result.pairs)
     assert result.teacher_forcing_off == "HTTP 400: echo is not supported"
     generation = [(h, b) for h, b in log if not b.get("echo")]

@@ -69,7 +69,8 @@ def test_replicas_shows_each_replica_its_load_and_its_variants_failures():
     fast1 = by_id["fast-1"]
     assert (fast1["variant"], fast1["recipe"], fast1["region"], fast1["state"]) == ("fast", "int8", "local", "ready")
     assert fast1["address"] == "fake://fast-1" and fast1["load"]["running"] == 3 and fast1["load"]["kv_used"] == 0.5
-    assert fast1["routing"] == {"outstanding": 4, "healthy": True}
+    assert fast1["routing"] == {"outstanding": 4, "healthy": True, "source": "tandem"}
+    assert fast1["engine"] == "tandem" and fast1["load"]["source"] == "tandem"
     assert fast1["restarts"] == 1 and "out of memory" in fast1["last_error"]
     assert view["variants"]["fast"]["restarts"] == 1 and view["variants"]["base"]["restarts"] == 0
     (exited,) = view["recent_exits"]

@@ -20,7 +20,7 @@ def test_load_reports_what_runs_and_waits_and_the_kv_in_use(server):
     idle = _load(server)
     assert idle == {
         "replica_id": f"127.0.0.1:{server.port}", "region": "local", "variant": "baseline",
-        "running": 0, "waiting": 0, "kv_used": 0.0, "healthy": True,
+        "running": 0, "waiting": 0, "kv_used": 0.0, "healthy": True, "source": "tandem",
     }  # fmt: skip
     stop = threading.Event()
     started = threading.Semaphore(0)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, Protocol, runtime_checkable
 
+from tandem.cluster.external import ExternalEngine
+
 __all__ = [
     "Backend",
     "BackendError",
@@ -44,6 +46,8 @@ class ReplicaSpec:
     the server's default). `extra_args` are appended to the server's command line verbatim.
     `memory_bytes`, `accelerators` and `accelerator_type` are what a backend that places replicas
     on nodes (Ray) reserves for it (0: nothing reserved); local processes ignore them.
+    `engine`, when set, is an external server to run instead of `tandem serve` (recipe and
+    extra_args then unused): its command template, readiness path and metrics (tandem.cluster.external).
     """
 
     variant: str
@@ -56,6 +60,12 @@ class ReplicaSpec:
     memory_bytes: int = 0
     accelerators: float = 0.0
     accelerator_type: str | None = None
+    engine: ExternalEngine | None = None
+
+    @property
+    def ready_path(self) -> str:
+        """The path a backend probes: tandem's GET /ready, or the external engine's own."""
+        return self.engine.ready_path if self.engine is not None else "/ready"
 
     def __post_init__(self) -> None:
         if not self.variant:

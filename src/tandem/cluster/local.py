@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tandem.cluster.backend import BackendError, Replica, ReplicaExit, ReplicaSpec, ReplicaState
+from tandem.cluster.external import FLEET_SECRET_ENV, external_command, render
 
 __all__ = [
     "LocalBackend",
@@ -39,6 +40,8 @@ __all__ = [
     "find_free_port",
     "http_ready_probe",
     "popen_spawner",
+    "probe_ready",
+    "replica_launch",
     "serve_command",
 ]
 
@@ -91,6 +94,34 @@ def serve_command(
     return argv + list(spec.extra_args)
 
 
+def replica_launch(
+    spec: ReplicaSpec,
+    port: int,
+    host: str,
+    replica_id: str,
+    env: Mapping[str, str],
+    *,
+    parent_pid: int | None,
+    command: Callable[..., list[str]] = serve_command,
+) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) of one replica: `tandem serve` (`command`), or an external engine's rendered
+    template on a tether. An external engine gets the fleet's secret only where its template says
+    `{api_key}` (tandem.cluster.external)."""
+    env = dict(env)
+    engine = spec.engine
+    if engine is None:
+        return command(spec, port, host, replica_id, parent_pid=parent_pid), env
+    secret = env.pop(FLEET_SECRET_ENV, "")
+    values = {
+        "port": str(port), "host": host, "model": spec.model or "", "threads": str(spec.threads or 1),
+        "served_model_name": engine.served_model_name or spec.model or spec.variant, "replica_id": replica_id,
+        "variant": spec.variant, "region": spec.region, "accelerators": str(max(1, round(spec.accelerators))),
+        "api_key": secret,
+    }  # fmt: skip
+    env.update((name, render(value, values)) for name, value in engine.env)
+    return external_command(engine, values, parent_pid=parent_pid), env
+
+
 def find_free_port(taken: Collection[int] = (), host: str = "127.0.0.1") -> int:
     """A port the OS says is free now (another process could take it before the replica binds: rare)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -132,12 +163,13 @@ class PortRange:
         raise BackendError(f"no free port in {self.low}-{self.high} ({len(taken)} held by replicas)")
 
 
-def http_ready_probe(base_url: str, timeout_s: float = 1.0) -> bool:
-    """GET {base_url}/ready answers 200 once the model is served (503 while loading or draining)."""
+def http_ready_probe(base_url: str, timeout_s: float = 1.0, path: str = "/ready") -> bool:
+    """GET {base_url}{path} answers 200 once the model is served (tandem's /ready: 503 while loading or
+    draining; an external engine's own path, e.g. vLLM's /health)."""
     import httpx
 
     try:
-        return httpx.get(f"{base_url}/ready", timeout=timeout_s).status_code == 200
+        return httpx.get(f"{base_url}{path}", timeout=timeout_s).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -195,6 +227,14 @@ def popen_spawner(log_dir: str | Path | None = None) -> Spawner:
     return spawn
 
 
+def probe_ready(probe: Callable[..., bool], url: str, spec: ReplicaSpec) -> bool:
+    """Ask `probe` whether the replica at `url` is ready: at its engine's readiness path where that is
+    not tandem's /ready (so probes written for tandem replicas, `probe(url)`, keep working)."""
+    if spec.ready_path == "/ready":
+        return probe(url)
+    return probe(url, path=spec.ready_path)
+
+
 @dataclass
 class _Process:
     replica: Replica
@@ -242,7 +282,9 @@ class LocalBackend:
         env.update(spec.env)
         if spec.threads is not None:  # keep OpenMP pools of several replicas from fighting over cores
             env.setdefault("OMP_NUM_THREADS", str(spec.threads))
-        argv = self.command(spec, port, self.host, replica_id, parent_pid=self.parent_pid)
+        argv, env = replica_launch(
+            spec, port, self.host, replica_id, env, parent_pid=self.parent_pid, command=self.command
+        )
         try:
             handle = self.spawn(argv, env, replica_id)
         except OSError as exc:
@@ -282,7 +324,7 @@ class LocalBackend:
             proc = self._live.get(replica_id)
         if proc is None:
             return False
-        ready = self.probe(proc.replica.url)
+        ready = probe_ready(self.probe, proc.replica.url, proc.replica.spec)
         with self._lock:
             if ready and proc.replica.state is ReplicaState.STARTING and replica_id in self._live:
                 proc.replica = replace(proc.replica, state=ReplicaState.READY)

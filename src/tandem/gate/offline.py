@@ -20,6 +20,7 @@ import json
 import logging
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -219,7 +220,8 @@ async def run_pairs(
     async def one(index: int, body: dict[str, Any]) -> None:
         async with slots:
             raw = json.dumps(body).encode()
-            request_id = f"gate-{index}"
+            # A UUID: some servers refuse any other X-Request-ID (llama-cpp-python's answers 400).
+            request_id = str(uuid.UUID(int=index))
             by_id[request_id] = body
             ticket = mirror.offer(COMPLETIONS, raw, {**headers, "x-request-id": request_id})
             observation = await observe(
@@ -233,7 +235,7 @@ async def run_pairs(
         await mirror.drain()
     finally:
         await mirror.aclose()
-    recorded.sort(key=lambda p: int(p.request_id.split("-")[1]))
+    recorded.sort(key=lambda p: uuid.UUID(p.request_id).int)
     scorer = Scorer(client)
     scored = await _score(recorded, scorer, by_id, (incumbent_url, candidate_url), concurrency)
     counts = Counter(mirror.counts)

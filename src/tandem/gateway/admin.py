@@ -125,8 +125,13 @@ def replicas_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
                 "load": None if report is None else {
                     "running": report.load.running, "waiting": report.load.waiting, "kv_used": report.load.kv_used,
                     "healthy": report.load.healthy, "age_s": round(now - report.at, 3),
+                    "source": report.load.source,
                 },
-                "routing": {"outstanding": estimate.running + estimate.waiting, "healthy": estimate.healthy},
+                "routing": {
+                    "outstanding": estimate.running + estimate.waiting, "healthy": estimate.healthy,
+                    "source": estimate.source,  # whose numbers: tandem's /load, a metrics adapter, or gateway-inflight
+                },
+                "engine": "external" if r.spec.engine is not None else "tandem",
                 "restarts": history.restarts if history else 0,  # of its variant
                 "last_error": (history.last_error or None) if history else None,
             }

@@ -134,13 +134,15 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource = cached
         most = sum(int((v.get("replicas") or {}).get("max", DEFAULT_MAX_REPLICAS)) for v in out["variants"])
         out["threads"] = max(1, (os.cpu_count() or 1) // max(1, most))
     extra = replica_args(settings)
-    for variant in out["variants"]:
+    tandem_variants = [v for v in out["variants"] if v.get("engine", "tandem") == "tandem"]  # not external engines
+    for variant in tandem_variants:
         if extra:
             variant["args"] = [*(variant.get("args") or []), *extra]
-    # The capacity policy sizes every variant by its Profile; the gate prices its two by theirs.
+    # The capacity policy sizes every variant by its Profile; the gate prices its two by theirs. An
+    # external variant's Profile is measured running (tandem profile --endpoint) and given in the file.
     gated = _gated(out)
     if gated or (out.get("policy") or {}).get("name", "capacity") == "capacity":
-        for variant in out["variants"]:
+        for variant in tandem_variants:
             if variant.get("profile") is None and (not gated or variant.get("name") in gated):
                 measured = profile(
                     variant.get("model", out.get("model")),
@@ -156,6 +158,6 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource = cached
                 memory = replica_memory_bytes(Profile.from_json(json.dumps(variant["profile"])), kv_tokens)
                 variant["resources"] = {**resources, "memory": memory}
     try:
-        return parse_deployment(out, base_dir)
+        return parse_deployment(out, base_dir, settings.served_model_name)
     except DeploymentError as exc:
         raise DeploymentError(f"{file}: {exc}" if file is not None else str(exc)) from None

@@ -6,6 +6,11 @@ polls by the gateway's own in-flight counts (tandem.schedule.traffic.estimate). 
 not answer in time keeps its last report until that goes stale. A report that names another
 replica (a port reused by a process the gateway did not start) is refused. A replica that answers
 is routed to again if a request's deadline had declared it unresponsive (tandem.gateway.liveness).
+
+A replica of an external engine (vLLM, SGLang, llama.cpp) has no GET /load: its metrics adapter
+reads its Prometheus text instead (tandem.schedule.engine_loads); with none (`metrics: {adapter:
+none}`, or text the adapter cannot read) its readiness path is asked whether it answers, and the
+gateway's own in-flight counts stand for its load (source `gateway-inflight` on GET /admin/replicas).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import httpx
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.contracts import ReplicaLoad
+from tandem.schedule.engine_loads import load_from_metrics
 
 __all__ = ["parse_load", "poll_loads"]
 
@@ -49,7 +55,32 @@ def parse_load(replica: Replica, payload: Any) -> ReplicaLoad:
     return load
 
 
-async def _poll_one(client: httpx.AsyncClient, replica: Replica, timeout_s: float) -> ReplicaLoad | None:
+async def _poll_external(client: httpx.AsyncClient, replica: Replica, timeout_s: float) -> ReplicaLoad | bool:
+    """An external engine's load from its metrics; else whether it answers at all (True: reachable)."""
+    engine = replica.spec.engine
+    assert engine is not None
+    if engine.metrics_adapter != "none":
+        try:
+            response = await client.get(replica.url + engine.metrics_path, timeout=timeout_s)
+            if response.status_code == 200:
+                return load_from_metrics(
+                    engine.metrics_adapter, response.text, replica_id=replica.replica_id, region=replica.region,
+                    variant=replica.variant,
+                )  # fmt: skip
+            logger.warning("GET %s of %s answered %d", engine.metrics_path, replica.replica_id, response.status_code)
+        except httpx.HTTPError:
+            return False
+        except ValueError as exc:
+            logger.warning("ignoring the metrics of %s at %s: %s", replica.replica_id, replica.url, exc)
+    try:
+        return (await client.get(replica.url + engine.ready_path, timeout=timeout_s)).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def _poll_one(client: httpx.AsyncClient, replica: Replica, timeout_s: float) -> ReplicaLoad | bool | None:
+    if replica.spec.engine is not None:
+        return await _poll_external(client, replica, timeout_s)
     try:
         response = await client.get(replica.url + "/load", timeout=timeout_s)
         if response.status_code != 200:
@@ -71,8 +102,9 @@ async def poll_loads(gw: Any) -> int:
     if not replicas or gw.client is None:
         return 0
     loads = await asyncio.gather(*(_poll_one(gw.client, r, gw.load_timeout_s) for r in replicas))
-    for load in loads:
-        if load is not None:
+    for replica, load in zip(replicas, loads, strict=True):
+        if isinstance(load, ReplicaLoad):
             gw.inflight.report(load)
-            gw.liveness.revive(load.replica_id)  # it answers: if a deadline had declared it unresponsive, no more
-    return sum(load is not None for load in loads)
+        if load:  # it answers: if a deadline had declared it unresponsive, no more
+            gw.liveness.revive(replica.replica_id)
+    return sum(bool(load) for load in loads)

@@ -183,7 +183,7 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             else:
                 upstream = await gw.liveness.answer(
                     target.replica_id, _post(gw, target.url + path, body, headers), gw.first_byte_timeout_s,
-                    probe=lambda url=target.url: _answers_health(gw, url),
+                    probe=lambda url=target.url, variant=target.variant: _answers_health(gw, url, variant),
                 )  # fmt: skip
                 content, kind = upstream.content, classify_status(upstream.status_code)
         except (httpx.HTTPError, StopAsyncIteration, Unresponsive) as exc:
@@ -255,11 +255,14 @@ async def _start_stream(
         raise
 
 
-async def _answers_health(gw: Gateway, url: str) -> bool:
-    """Whether the replica at `url` answers GET /health within health_timeout_s (a frozen one does not)."""
+async def _answers_health(gw: Gateway, url: str, variant: str) -> bool:
+    """Whether the replica at `url` answers GET /health (an external engine: its readiness path) within
+    health_timeout_s (a frozen one does not)."""
     assert gw.client is not None
+    known = gw.variants.get(variant)
+    path = known.engine.ready_path if known is not None and known.engine is not None else "/health"
     try:
-        return (await gw.client.get(url + "/health", timeout=gw.health_timeout_s)).status_code == 200
+        return (await gw.client.get(url + path, timeout=gw.health_timeout_s)).status_code == 200
     except httpx.HTTPError:
         return False
 

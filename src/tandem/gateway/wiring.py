@@ -27,6 +27,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from tandem.cluster.backend import Backend, BackendError, ReplicaState
+from tandem.cluster.external import FLEET_SECRET_ENV
 from tandem.cluster.local import LocalBackend, PortRange, find_free_port, popen_spawner
 from tandem.edge.settings import Settings, settings_environment, settings_variables
 from tandem.gateway.deployment import ProfileSource
@@ -54,7 +55,6 @@ __all__ = [
     "replica_environment",
 ]
 
-FLEET_SECRET_ENV = "TANDEM_FLEET_SECRET"  # Settings.fleet_secret, read by each replica
 
 
 def new_fleet_secret() -> str:

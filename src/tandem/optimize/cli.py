@@ -65,22 +65,41 @@ def optimizers_command() -> None:
     type=click.FloatRange(min=0),
     default=60.0,
     show_default=True,
-    help="splitwise: seconds a replica takes to start (not in the data; a large model takes about a minute)",
+    help="splitwise, endpoint: seconds a replica takes to start (not measured; a large model takes about a minute)",
 )
 @click.option(
     "--speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, help="splitwise: project x this speed"
 )
 @click.option("--weight-bits", type=click.Choice(["16", "8", "4"]), default="16", help="splitwise: project the weights")
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar (there is none when stderr is not a terminal)")
+@click.option("--endpoint", metavar="URL", default=None, help="Measure a running OpenAI-compatible server black-box.")
+@click.option("--concurrency", default="1,4,8,16,32", show_default=True, help="endpoint: concurrency levels")
+@click.option("--hardware", default=None, help="endpoint: what it runs on, for the Profile (e.g. h100-80gb)")
+@click.option("--api-key", envvar="TANDEM_ENDPOINT_API_KEY", default=None, help="endpoint: its bearer token")
 def profile_command(
     model_dir, recipe, batch_sizes, output, threads, splitwise, tensor_parallel, cold_start_s, speedup, weight_bits,
-    quiet,
+    quiet, endpoint, concurrency, hardware, api_key,
 ) -> None:  # fmt: skip
     """Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start), or import one.
 
     With --from-splitwise the Profile is built from measured GPU timings (source "imported"; with
-    --speedup or --weight-bits, "projected" and the factor is stated in the Profile).
+    --speedup or --weight-bits, "projected" and the factor is stated in the Profile). With
+    --endpoint URL any running OpenAI-compatible server (vLLM, SGLang, llama.cpp) is measured
+    black-box over HTTP (--model: the name it serves; default: the first of GET /v1/models).
     """
+    if endpoint:
+        from tandem.profile_endpoint import profile_endpoint_cli
+
+        given = click.get_current_context().get_parameter_source("cold_start_s").name != "DEFAULT"
+        try:
+            profile = profile_endpoint_cli(
+                endpoint, model_dir, concurrency, cold_start_s if given else 0.0, hardware, api_key,
+                lambda line: click.echo(line, err=True),
+            )  # fmt: skip
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        _write_profile(profile, output)
+        return
     if splitwise:
         from tandem.data.splitwise import splitwise_profile
 

@@ -28,7 +28,9 @@ A variant may give its price, `usd_per_hour: 0.2` per replica-hour (the gate's u
 the pinned price in tandem.pricing). The gate's candidate must be another variant than the primary
 and the fallback, and keep a replica while it shadows (`replicas.min >= 1`).
 
-On Ray a variant may also say what each replica reserves on its node:
+A variant may be someone else's server (`engine: external`, a `command` template, its `ready_path`
+and `metrics` adapter): see tandem.schedule.engine_spec. On Ray a variant may also say what each
+replica reserves on its node:
 `resources: {memory: 2GiB, accelerators: 1, accelerator_type: A100}` (memory default: from its Profile).
 
 pydantic validates at this edge only; a bad file raises DeploymentError naming the file, the field
@@ -66,6 +68,7 @@ from tandem.edge.files import ConfigError, describe_errors, load_mapping, unknow
 from tandem.gate.config import GateConfig, GateSettings
 from tandem.schedule.breaker import BreakerConfig
 from tandem.schedule.controller import ControllerConfig, Pool
+from tandem.schedule.engine_spec import EngineFields, default_served_name, external_engine
 from tandem.schedule.fallback import FallbackPlan
 from tandem.schedule.policies import POLICIES, Policy, ScaleLimits
 from tandem.schedule.routers import Router, make_router
@@ -146,7 +149,7 @@ class _Resources(_Strict):
         return value
 
 
-class _Variant(_Strict):
+class _Variant(EngineFields):  # engine, command, ready_path, metrics, env: tandem.schedule.engine_spec
     name: str = Field(
         min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="How routing and metrics call it."
     )
@@ -304,8 +307,11 @@ def _profile(raw: str | dict[str, Any] | None, base_dir: Path, where: str) -> Pr
         raise DeploymentError(f"{where}: not a valid Profile ({exc})") from None
 
 
-def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
-    """Validate a mapping (a parsed deployment file) into a Deployment."""
+def parse_deployment(raw: Any, base_dir: str | Path = ".", served_model_name: str | None = None) -> Deployment:
+    """Validate a mapping (a parsed deployment file) into a Deployment.
+
+    `served_model_name`: what clients put in "model" (--served-model-name); external engines are told
+    it (`{served_model_name}`). Default: the file's model's name, as tandem replicas answer to it."""
     try:
         spec = _File.model_validate(raw)
     except ValidationError as exc:
@@ -337,20 +343,28 @@ def parse_deployment(raw: Any, base_dir: str | Path = ".") -> Deployment:
         )
         profile = _profile(v.profile, Path(base_dir), f"{where}.profile")
         if spec.policy.name == "capacity" and profile is None:
-            raise DeploymentError(f"{where}.profile: the capacity policy needs the variant's measured Profile")
+            how = " (measure it running: `tandem profile --endpoint URL`)" if v.engine == "external" else ""
+            raise DeploymentError(f"{where}.profile: the capacity policy needs the variant's measured Profile{how}")
         if spec.policy.name != "kpa" and v.replicas.min == 0:
             raise DeploymentError(f"{where}.replicas.min: only the kpa policy scales to zero; use min >= 1")
+        model = v.model if v.model is not None else spec.model
+        threads = v.threads if v.threads is not None else spec.threads
+        engine = external_engine(
+            v, model=model, threads=threads, recipe=v.recipe, args=v.args, where=where, error=DeploymentError,
+            served_model_name=served_model_name or default_served_name(spec.model),
+        )  # fmt: skip
         variant = Variant(
             name=v.name,
             recipe=v.recipe,
             profile=profile,
-            model=v.model if v.model is not None else spec.model,
-            threads=v.threads if v.threads is not None else spec.threads,
+            model=model,
+            threads=threads,
             extra_args=tuple(v.args),
             memory_bytes=parse_bytes(v.resources.memory) if v.resources.memory is not None else None,
             accelerators=v.resources.accelerators,
             accelerator_type=v.resources.accelerator_type,
             usd_per_hour=v.usd_per_hour,
+            engine=engine,
         )
         plans.append(VariantPlan(variant, limits, tuple(v.regions or spec.regions)))
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.contracts import ReplicaLoad
+from tandem.schedule.engine_loads import GATEWAY_INFLIGHT
 from tandem.schedule.policies.context import TokenDemand
 
 __all__ = ["DemandMeter", "InFlight", "LoadReport", "estimate"]
@@ -45,12 +46,12 @@ def estimate(replica: Replica, report: LoadReport | None, inflight: int, reachab
     """
     healthy = replica.state is ReplicaState.READY and reachable
     if report is None:
-        running, waiting, kv_used = inflight, 0, 0.0
+        running, waiting, kv_used, source = inflight, 0, 0.0, GATEWAY_INFLIGHT
     else:
         r = report.load
         outstanding = max(inflight, r.running + r.waiting + inflight - report.inflight)
         waiting = min(r.waiting, outstanding)
-        running, kv_used = outstanding - waiting, r.kv_used
+        running, kv_used, source = outstanding - waiting, r.kv_used, r.source
         healthy = healthy and r.healthy
     return ReplicaLoad(
         replica_id=replica.replica_id,
@@ -60,6 +61,7 @@ def estimate(replica: Replica, report: LoadReport | None, inflight: int, reachab
         waiting=waiting,
         kv_used=kv_used,
         healthy=healthy,
+        source=source,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tandem.cluster.backend import ReplicaSpec
+from tandem.cluster.external import ExternalEngine
 from tandem.contracts import Profile
 
 __all__ = ["DEFAULT_KV_CACHE_TOKENS", "REPLICA_RUNTIME_BYTES", "Variant", "replica_memory_bytes"]
@@ -43,6 +44,7 @@ class Variant:
     accelerators: float = 0.0  # accelerators (GPUs) per replica
     accelerator_type: str | None = None  # a kind of accelerator ("A100"), where the cluster has several
     usd_per_hour: float | None = None  # price of one replica-hour (the gate's unit cost); None: tandem's pinned default
+    engine: ExternalEngine | None = None  # an external server runs its replicas (None: `tandem serve`)
 
     def __post_init__(self) -> None:
         if not self.name or self.recipe == "":
@@ -67,4 +69,5 @@ class Variant:
             memory_bytes=self.replica_memory,
             accelerators=self.accelerators,
             accelerator_type=self.accelerator_type,
+            engine=self.engine,
         )

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tandem.cluster.backend import BackendError, PendingPlacement, Replica, ReplicaExit, ReplicaSpec, ReplicaState
-from tandem.cluster.local import http_ready_probe
+from tandem.cluster.local import http_ready_probe, probe_ready
 from tandem.cluster.ray.demand import Demand, NodeView, demand_for, describe_resources, pending_placement, waits
 from tandem.cluster.ray.placer import Ended, Placement, Placer, Placing, Running
 
@@ -114,7 +114,7 @@ class RayBackend:
             held = self._live.get(replica_id)
         if held is None or held.placement is None:
             return False
-        ready = self.probe(held.placement.url)
+        ready = probe_ready(self.probe, held.placement.url, held.replica.spec)
         with self._lock:
             if ready and held.replica.state is ReplicaState.STARTING and replica_id in self._live:
                 held.replica = replace(held.replica, state=ReplicaState.READY)

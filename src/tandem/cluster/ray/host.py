@@ -1,5 +1,6 @@
 """ReplicaHost: the Ray actor that is one replica. It runs on the node Ray placed it on and starts
-`tandem serve` there as its child process, bound to the node's address, and reports where it is.
+`tandem serve` (or an external engine, on its tether) there as its child process, bound to the node's
+address, and reports where it is.
 
 The same command, port choice and logging as a local replica (tandem.cluster.local): only the
 machine differs. The server is told the actor's pid (`--parent-pid`), so it leaves when the actor
@@ -15,7 +16,7 @@ import time
 from collections.abc import Collection, Mapping
 
 from tandem.cluster.backend import ReplicaSpec
-from tandem.cluster.local import PortRange, ProcessHandle, find_free_port, popen_spawner, serve_command
+from tandem.cluster.local import PortRange, ProcessHandle, find_free_port, popen_spawner, replica_launch
 from tandem.cluster.ray.placer import Placement
 
 __all__ = ["ReplicaHost"]
@@ -57,7 +58,7 @@ class ReplicaHost:
         env.update(self.spec.env)
         if self.spec.threads is not None:  # Ray sets it to the actor's CPUs; the server's threads decide
             env["OMP_NUM_THREADS"] = str(self.spec.threads)
-        argv = serve_command(self.spec, port, host, self.replica_id, parent_pid=os.getpid())
+        argv, env = replica_launch(self.spec, port, host, self.replica_id, env, parent_pid=os.getpid())
         self.process = popen_spawner(self.log_dir)(argv, env, self.replica_id)
         node_id = ray.get_runtime_context().get_node_id()
         return Placement(f"http://{host}:{port}", node_id, host, self.process.pid, host_pid=os.getpid())
