@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from common import record
+from common import load_average, record
 from load_test import free_port, one_request, summarize
 
 CONFIGS = {
@@ -165,10 +165,6 @@ def run_once(name: str, args: argparse.Namespace, prompts: list[str]) -> dict:
         file=sys.stderr,
     )
     return summary
-
-
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def main() -> None:

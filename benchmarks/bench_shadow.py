@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from common import record
+from common import load_average, record
 from load_test import PROMPTS, free_port, one_request, summarize
 
 PROFILE = {  # inline Profiles: the gate's cost inputs (this benchmark is about latency, not cost)
@@ -116,10 +116,6 @@ def run_once(name: str, url: str, args: argparse.Namespace, round_index: int) ->
         file=sys.stderr,
     )
     return summary
-
-
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def main() -> None:

@@ -61,6 +61,11 @@ def memory_read_bandwidth(size_bytes: int = 1 << 30, repeats: int = 5) -> float:
     return size_bytes / best
 
 
+def load_average() -> list[float]:
+    """The 1, 5 and 15-minute load averages, recorded around runs on this shared machine."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def environment() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
