@@ -234,3 +234,39 @@ def test_a_stream_that_breaks_before_its_first_byte_is_rerun_after_it_ends_with_
     assert event["error"]["code"] == "replica_unreachable" and event["error"]["type"] == "server_error"
     assert len(seen) == 1 and not gw.inflight.running
     assert metric(asyncio.run(_metrics(gw)), "tandem:gateway_stream_errors_total", variant="fast") == 1
+
+
+def test_vllm_utility_routes_are_answered_by_a_primary_replica_behind_the_key():
+    """POST /tokenize and /detokenize, GET /version: passed to a ready replica (the primary's first),
+    body and all; the user's API key guards the token routes as on a replica."""
+    raw = {"variants": [one(), one("base")], "primary": "fast", "fallback": "base", "policy": HPA}
+    asked: list[tuple[str, str, bytes]] = []
+
+    def replica(request: httpx.Request) -> httpx.Response:
+        asked.append((request.url.host, request.url.path, request.content))
+        if request.url.path == "/tokenize":
+            return httpx.Response(200, json={"count": 2, "max_model_len": 64, "tokens": [5, 6]})
+        return httpx.Response(200, json={"version": "1.2.3"} if request.url.path == "/version" else {"prompt": "hi"})
+
+    gw, _ = _gateway(raw, replica)
+
+    async def main() -> list[httpx.Response]:
+        app = create_gateway_app(gw, api_key="k")
+        gw.client = httpx.AsyncClient(transport=gw.transport)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
+            key = {"Authorization": "Bearer k"}
+            out = [
+                await client.post("/tokenize", json={"prompt": "hi"}, headers=key),
+                await client.post("/detokenize", json={"tokens": [5, 6]}, headers=key),
+                await client.get("/version"),
+                await client.post("/tokenize", json={"prompt": "hi"}),
+            ]
+        await gw.client.aclose()
+        return out
+
+    tokenized, detokenized, version, unauthorized = asyncio.run(main())
+    assert tokenized.json()["tokens"] == [5, 6] and detokenized.json() == {"prompt": "hi"}
+    assert version.json() == {"version": "1.2.3"} and unauthorized.status_code == 401
+    assert [path for _, path, _ in asked] == ["/tokenize", "/detokenize", "/version"]
+    assert all(host.startswith("fast") for host, _, _ in asked)  # the primary's replica
+    assert json.loads(asked[0][2]) == {"prompt": "hi"}  # the body reached it

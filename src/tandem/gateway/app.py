@@ -44,6 +44,9 @@ GATEWAY_OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/v1/models", "get"): Operation(errors=(401, 500, 503)),
     ("/v1/models/{model_id}", "get"): Operation(errors=(401, 404, 500, 503)),
     ("/metrics", "get"): Operation(ok_media="text/plain", errors=(500,)),
+    ("/tokenize", "post"): Operation(errors=(400, 401, 404, 408, 413, 500, 503)),
+    ("/detokenize", "post"): Operation(errors=(400, 401, 404, 408, 413, 500, 503)),
+    ("/version", "get"): Operation(errors=(500, 503)),
 }
 REPLICA_EXIT_WAIT_S = 15.0  # at shutdown; replicas still running later leave on their own (tandem.edge.lifeline)
 
@@ -161,6 +164,19 @@ def create_gateway_app(
     async def model(model_id: str, request: Request) -> Response:
         return await proxy_get(gw, f"/v1/models/{model_id}", request)
 
+    # vLLM's utility routes, answered by a replica (tokens are the model's business).
+    @app.post("/tokenize", response_model=None)
+    async def tokenize(request: Request) -> Response:
+        return await proxy_get(gw, "/tokenize", request)
+
+    @app.post("/detokenize", response_model=None)
+    async def detokenize(request: Request) -> Response:
+        return await proxy_get(gw, "/detokenize", request)
+
+    @app.get("/version", response_model=None)
+    async def version(request: Request) -> Response:
+        return await proxy_get(gw, "/version", request)
+
     @app.post("/v1/completions", response_model=None)
     async def completions(request: Request) -> Response:
         return await proxy(gw, request, "/v1/completions")
@@ -173,5 +189,5 @@ def create_gateway_app(
     # Starlette runs the last-added middleware first: auth, then the body checks, then the routes.
     app.add_middleware(RequestBodyMiddleware, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
     if api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key, protected=("/v1", "/admin"))
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key, protected=("/v1", "/admin", "/tokenize", "/detokenize"))
     return app

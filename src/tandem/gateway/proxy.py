@@ -268,14 +268,16 @@ async def _answers_health(gw: Gateway, url: str, variant: str) -> bool:
 
 
 async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:
-    """GET routes (/v1/models) answered by any ready replica."""
+    """Routes any ready replica answers alike (GET /v1/models, /version; POST /tokenize, /detokenize):
+    the primary's replicas first (an external engine may lack vLLM's utility routes), no routing."""
     assert gw.client is not None
     headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
-    for replica in gw.backend.list():
-        if replica.state is not ReplicaState.READY:
-            continue
+    body = await request.body() if request.method == "POST" else None
+    ready = [r for r in gw.backend.list() if r.state is ReplicaState.READY]
+    ready.sort(key=lambda r: r.variant != gw.controller.primary)
+    for replica in ready:
         try:
-            upstream = await gw.client.get(replica.url + path, headers=headers)
+            upstream = await gw.client.request(request.method, replica.url + path, headers=headers, content=body)
         except httpx.HTTPError:
             continue
         return Response(upstream.content, status_code=upstream.status_code, headers=_headers(upstream))
