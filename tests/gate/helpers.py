@@ -12,6 +12,11 @@ from tandem.gate.logprobs import TokenTrack
 from tandem.gate.observation import Observation
 from tandem.gate.pairs import Pair, Sampling
 
+# Tolerances for real-replica runs that are not about latency: a few dozen pairs timed on a shared
+# 2-core CI machine decide nothing about a 5-10% tolerance (tests/gate/test_latency.py pins the
+# statistics; the slow-candidate runs keep a real latency FAIL end to end).
+LOOSE_LATENCY = {"latency_median": 1.0, "latency_p95": 2.0}
+
 GREEDY = Sampling(temperature=0.0, max_tokens=16, stream=True, logprobs=True)
 
 

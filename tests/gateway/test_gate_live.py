@@ -19,13 +19,12 @@ import threading
 
 import httpx
 import pytest
-from gate.helpers import profile
+from gate.helpers import LOOSE_LATENCY, profile
 
 from .harness import MODEL_NAME, REPLICA_ARGS, Load, RunningGateway, metric, wait_for
 
 pytestmark = pytest.mark.slow
 
-LOOSE = {"latency_median": 1.0, "latency_p95": 2.0}
 DECIDED = ("passed", "failed", "inconclusive", "done")
 
 
@@ -57,7 +56,9 @@ def decided(gw: RunningGateway, timeout: float = 240.0) -> dict:
 
 
 def test_a_good_candidate_passes_and_is_promoted_with_no_failed_request(tmp_path):
-    gate = {"min_samples": {"latency": 16, "accuracy": 16, "errors": 16}, "max_samples": 48, "tolerances": LOOSE}
+    gate = {
+        "min_samples": {"latency": 16, "accuracy": 16, "errors": 16}, "max_samples": 48, "tolerances": LOOSE_LATENCY,
+    }  # fmt: skip
     raw = deployment("int8+ngram", gate, {1: 80.0, 4: 300.0, 16: 800.0, 32: 1100.0})
     gw = RunningGateway(raw, tmp_path / "logs", gate_log_dir=tmp_path / "gate")
     try:
@@ -126,7 +127,7 @@ def test_disconnects_cancel_mirrors_a_full_queue_drops_and_too_few_samples_are_i
     tmp_path, plugins, monkeypatch
 ):
     monkeypatch.setenv("PYTHONPATH", str(plugins))
-    gate = {"min_samples": {"latency": 50, "accuracy": 50, "errors": 50}, "max_samples": 4, "tolerances": LOOSE,
+    gate = {"min_samples": {"latency": 50, "accuracy": 50, "errors": 50}, "max_samples": 4, "tolerances": LOOSE_LATENCY,
             "shadow": {"queue": 1, "concurrency": 1}}  # fmt: skip
     gw = RunningGateway(deployment("slow-steps(delay_ms=40)", gate), tmp_path / "logs")
     try:
