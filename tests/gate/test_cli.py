@@ -22,8 +22,6 @@ from .helpers import LOOSE_LATENCY, profile
 pytestmark = pytest.mark.slow
 
 
-
-
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory) -> dict[str, Path]:
     """Profile files for runs that are not about cost: the same capacity on both sides."""

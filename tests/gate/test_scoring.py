@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from tandem.gate.scoring import Scorer
+from tandem.gate.scoring import Kept, Scorer
 
 from .helpers import obs, track
 
@@ -50,8 +50,15 @@ class Servers:
         self.answers = {"inc": inc, "cand": cand}
         self.status = status
         self.bodies: list[tuple[str, dict]] = []
+        self.fetched: list[str] = []
+        self.kept: dict | None = None  # what GET /gate/tracks/{key} answers (None: 404)
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":  # an incumbent's kept track
+            self.fetched.append(request.url.path)
+            if self.kept is None:
+                return httpx.Response(404, json={"error": {"message": "no kept track", "type": "x"}})
+            return httpx.Response(200, json=self.kept)
         body = json.loads(request.content)
         self.bodies.append((request.url.host, body))
         status = self.status(request.url.host) if callable(self.status) else self.status
@@ -60,7 +67,7 @@ class Servers:
         return httpx.Response(200, json=self.answers[request.url.host])
 
 
-def score(servers, path="/v1/completions", body=None, scorer=None, inc=None, cand=None):
+def score(servers, path="/v1/completions", body=None, scorer=None, inc=None, cand=None, kept=None):
     async def main():
         async with httpx.AsyncClient(transport=httpx.MockTransport(servers)) as client:
             s = scorer or Scorer(client)
@@ -68,7 +75,7 @@ def score(servers, path="/v1/completions", body=None, scorer=None, inc=None, can
             result = await s.agreement(
                 path, body or {"model": "m", "prompt": PROMPT}, inc or obs(text=COMPLETION, track=track(["\n"])),
                 cand or obs(text="\n  pass", track=track(["\n"])),
-                incumbent_url="http://inc", candidate_url="http://cand", greedy=True,
+                incumbent_url="http://inc", candidate_url="http://cand", greedy=True, kept=kept,
             )  # fmt: skip
             return result, s
 
@@ -144,3 +151,35 @@ def test_chat_pairs_and_token_prompts_use_the_shared_prefix():
 def test_no_logprobs_anywhere_means_no_agreement():
     (agreement, note), _ = score(Servers(), path="/v1/chat/completions", body={}, inc=obs(), cand=obs())
     assert agreement is None and "no logprobs" in note
+
+
+def kept_track(tokens=("\n", "  return", " 1"), logprobs=(-0.1, -0.2, -0.3), text=COMPLETION) -> dict:
+    """GET /gate/tracks/{key}: the completion's own logprobs as the incumbent's replica kept them."""
+    return {"text": text, "logprobs": {"tokens": list(tokens), "token_logprobs": list(logprobs),
+                                       "top_logprobs": [{t: lp} for t, lp in zip(tokens, logprobs, strict=True)],
+                                       "text_offset": [0, 1, 9]}}  # fmt: skip
+
+
+def test_the_incumbents_kept_track_spares_it_the_echo_and_scores_the_same():
+    servers = Servers()
+    servers.kept = kept_track()
+    (agreement, note), scorer = score(servers, kept=Kept("http://inc", "key-1"))
+    assert [h for h, _ in servers.bodies] == ["cand"]  # the only echo: no scoring prefill on the incumbent
+    assert servers.fetched == ["/gate/tracks/key-1"]
+    (echoed, _), _ = score(Servers())  # the same pair, echoed on both sides
+    assert note is None and agreement == echoed  # 3 positions, 2 agree, gap 0.3 + 1.0
+    assert (scorer.kept, scorer.kept_missed, scorer.teacher_forced) == (1, 0, 1)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [None, kept_track(text="something else"), kept_track(tokens=("\n", "  ret", "urn 1"))],
+    ids=["missing", "another-text", "another-tokenization"],
+)
+def test_a_kept_track_that_is_missing_or_does_not_fit_falls_back_to_the_echo(answer):
+    servers = Servers()
+    servers.kept = answer
+    (agreement, note), scorer = score(servers, kept=Kept("http://inc", "key-1"))
+    assert sorted(h for h, _ in servers.bodies) == ["cand", "inc"]
+    assert note is None and agreement.method == "teacher-forced" and (agreement.positions, agreement.agree) == (3, 2)
+    assert (scorer.kept, scorer.kept_missed) == (0, 1)

@@ -23,8 +23,18 @@ def external(lo: int = 1, hi: int = 2) -> dict:
     return {
         "name": "ext",
         "engine": "external",
-        "command": [sys.executable, FAKE, "--host", "{host}", "--port", "{port}", "--token-delay-s", "0.01",
-                    "--served-model-name", "{served_model_name}"],  # fmt: skip
+        "command": [
+            sys.executable,
+            FAKE,
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--token-delay-s",
+            "0.01",
+            "--served-model-name",
+            "{served_model_name}",
+        ],  # fmt: skip
         "env": {"API_KEY": "{api_key}"},  # it demands the fleet's bearer token, as vLLM with VLLM_API_KEY
         "metrics": {"adapter": "vllm"},
         "replicas": {"min": lo, "max": hi},
@@ -38,8 +48,12 @@ def beside_a_tandem_fallback(ext: dict, target: int, **more) -> dict:
         "threads": 1,
         "variants": [ext, variant("cpu")],
         "fallback": "cpu",
-        "policy": {"name": "hpa", "interval_s": 0.5, "params": {"target": target, "scale_down_stabilization_s": 3},
-                   "limits": {"max_scale_down_rate": 10}},  # fmt: skip
+        "policy": {
+            "name": "hpa",
+            "interval_s": 0.5,
+            "params": {"target": target, "scale_down_stabilization_s": 3},
+            "limits": {"max_scale_down_rate": 10},
+        },  # fmt: skip
         "controller": {"drain_timeout_s": 60},
         **more,
     }

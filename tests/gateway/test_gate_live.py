@@ -28,7 +28,6 @@ pytestmark = pytest.mark.slow
 DECIDED = ("passed", "failed", "inconclusive", "done")
 
 
-
 def deployment(candidate: str, gate: dict, candidate_rates: dict | None = None) -> dict:
     """baseline serves; `candidate` shadows it. Profiles inline (the cost verdict's inputs; measuring
     them is `tandem profile`'s business, pinned in tests/gate/test_cli.py)."""
@@ -80,6 +79,9 @@ def test_a_good_candidate_passes_and_is_promoted_with_no_failed_request(tmp_path
             "latency": "PASS", "accuracy": "PASS", "cost": "PASS", "errors": "PASS",
         }  # fmt: skip
         assert set(verdict["metrics"]["accuracy"]["stats"]["methods"]) == {"teacher-forced"}
+        # The incumbent's side came from what its replica kept while generating: no scoring prefill there.
+        scoring = view["scoring"]
+        assert scoring["incumbent_kept_track"] >= 16 and scoring["incumbent_echoed"] <= scoring["teacher_forced"] // 8
         assert [d["to"] for d in view["decisions"]] == ["passed", "promoting", "done"]
         assert view["decisions"][0]["evidence"]["pairs"] >= 16
         text = gw.metrics()

@@ -185,8 +185,10 @@ def test_a_frozen_replica_loses_no_request_that_had_not_started_streaming(serve_
     # started after it, ended within the deadline, a health check and a fresh run elsewhere.
     during = [o for o in outcomes if o[1] + o[2] > frozen_at]
     assert during and max(o[2] for o in during) < 2 * deadline_s + 20, sorted(o[2] for o in during)[-5:]
-    print(f"frozen replica: {len(outcomes)} requests, {len(broken)} streams ended by an error event, slowest "
-          f"during the freeze {max(o[2] for o in during):.1f} s")
+    print(
+        f"frozen replica: {len(outcomes)} requests, {len(broken)} streams ended by an error event, slowest "
+        f"during the freeze {max(o[2] for o in during):.1f} s"
+    )
 
 
 def test_replicas_that_left_the_fleet_are_forgotten():

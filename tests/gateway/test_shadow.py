@@ -18,6 +18,7 @@ import pytest
 from gate.helpers import agreeing, completion_chunk, profile, sse, usage_chunk
 
 from tandem.cluster.fake import FakeBackend
+from tandem.contracts import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
 from tandem.gate.state import GateState
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.wiring import Gateway, build_gateway
@@ -50,8 +51,12 @@ class Replicas:
         self.release = asyncio.Event()
         self.seen: list[tuple[str, dict, httpx.Headers]] = []
         self.cancelled = 0
+        self.fetched: list[tuple[str, str]] = []
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":  # the gate fetching a kept track: this mock keeps none
+            self.fetched.append((request.url.host, request.url.path))
+            return httpx.Response(404, json={"error": {"message": "no kept track"}})
         body = json.loads(request.content) if request.content else {}
         self.seen.append((request.url.host, body, request.headers))
         stream = body.get("stream") is True
@@ -127,6 +132,22 @@ def test_a_mirrored_stream_keeps_the_clients_parameters_and_becomes_a_pair():
     view = gw.last_view
     assert view["state"] == "shadowing" and view["incumbent"] == "inc" and view["candidate"] == "cand"
     assert view["samples"] == 1 and view["mirror"]["paired"] == 1 and view["fraction"] == 1.0
+
+
+def test_the_incumbent_is_asked_to_keep_its_track_for_mirrored_text_completions_only():
+    replicas = Replicas()
+    gw = gateway(replicas)
+    bodies = [BODY, {**BODY, "stream": True}, {**BODY, "logprobs": 1}, {**BODY, "prompt": [1, 2, 3]}]
+    responses = asyncio.run(serve(gw, bodies, drained))
+    assert [r.status_code for r in responses] == [200] * 4
+    asked = [h.get(KEEP_TRACK_HEADER) for host, b, h in replicas.seen if host.startswith("inc") and not b.get("echo")]
+    assert len(asked) == 4 and all(asked[:2]) and asked[0] != asked[1] and asked[2:] == [None, None]
+    assert all(KEEP_TRACK_HEADER not in h for host, _, h in replicas.seen if host.startswith("cand"))
+    # The gate asks the replica that served it for its track (this mock keeps none and ignores echo,
+    # which turns teacher forcing off after the first pair: tests/gate/test_scoring.py has the rest).
+    assert replicas.fetched and {path for _, path in replicas.fetched} <= {f"{KEPT_TRACK_PATH}/{k}" for k in asked[:2]}
+    assert all(host.startswith("inc") for host, _ in replicas.fetched)
+    assert gw.last_view["scoring"]["incumbent_kept_track"] == 0
 
 
 def test_the_client_is_answered_while_the_candidate_hangs():

@@ -114,5 +114,3 @@ def test_truncated_and_inconsistent_headers_are_corrupt_files(tiny_llama_dir, tm
     files[0].write_bytes(len(text).to_bytes(8, "little") + text + data[8 + length :])
     with pytest.raises(Exception, match="cannot hold a"):
         check_checkpoint(config, files)
-
-

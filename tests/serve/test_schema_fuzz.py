@@ -47,7 +47,6 @@ def test_every_response_is_what_the_published_document_says(replica, mode):
     assert {op.label for op in operations} >= {"POST /v1/completions", "POST /v1/chat/completions", "GET /health"}
     calls: dict[int, int] = {}
     for operation in operations:
-
         strategy = operation.as_strategy(generation_mode=mode)
         if mode is GenerationMode.POSITIVE:
             strategy = strategy.map(served_model)  # the one name this replica serves, else all were 404s

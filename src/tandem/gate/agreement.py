@@ -22,7 +22,14 @@ from typing import Any
 
 from tandem.gate.logprobs import TokenTrack
 
-__all__ = ["TokenAgreement", "TrackMismatch", "teacher_forced", "shared_prefix", "completion_start"]
+__all__ = [
+    "TokenAgreement",
+    "TrackMismatch",
+    "teacher_forced",
+    "teacher_forced_kept",
+    "shared_prefix",
+    "completion_start",
+]
 
 TEACHER_FORCED = "teacher-forced"
 SHARED_PREFIX = "shared-prefix"
@@ -92,6 +99,19 @@ def teacher_forced(inc: TokenTrack, cand: TokenTrack, start: int) -> TokenAgreem
         raise TrackMismatch(f"the variants scored different tokens ({len(inc.tokens)} vs {len(cand.tokens)})")
     span = range(start, len(inc.tokens))
     return _compare(inc, cand, span, span, TEACHER_FORCED)
+
+
+def teacher_forced_kept(kept: TokenTrack, cand: TokenTrack, start: int) -> TokenAgreement:
+    """The incumbent's kept track (its completion's own tokens, logprobs taken while it generated them)
+    against the candidate's echo of prompt + completion, whose completion starts at `start`.
+
+    The same comparison as `teacher_forced`: at each completion position both saw the prompt and the
+    incumbent's tokens before it, the incumbent while generating, the candidate teacher-forced."""
+    n = len(kept.tokens)
+    if kept.tokens != cand.tokens[start:]:
+        raise TrackMismatch(f"the echo retokenized the completion ({len(cand.tokens) - start} tokens vs {n} generated)")
+    echoed = TokenTrack(cand.tokens[start:], cand.logprobs[start:], cand.top1[start:])
+    return _compare(kept, echoed, range(n), range(n), TEACHER_FORCED)
 
 
 def shared_prefix(inc: TokenTrack, cand: TokenTrack, greedy: bool) -> TokenAgreement:

@@ -37,7 +37,7 @@ import httpx
 
 from tandem.gate.observation import Observation, observe
 from tandem.gate.pairs import Pair, Sampling
-from tandem.gate.scoring import Scorer
+from tandem.gate.scoring import Kept, Scorer
 
 __all__ = ["ShadowMirror", "Ticket", "MIRRORED_PATHS"]
 
@@ -56,10 +56,12 @@ class Ticket:
         self.incumbent: asyncio.Future[Observation] = asyncio.get_running_loop().create_future()
         self.cancelled = False
         self.task: asyncio.Task | None = None  # the candidate's request, while in flight
+        self.kept: Kept | None = None  # where the incumbent's replica kept its track, if it was asked to
 
-    def incumbent_done(self, observation: Observation) -> None:
-        """The incumbent's answer, once the client has it in full."""
+    def incumbent_done(self, observation: Observation, kept: Kept | None = None) -> None:
+        """The incumbent's answer, once the client has it in full (and where its track was kept)."""
         if not self.incumbent.done():
+            self.kept = kept
             self.incumbent.set_result(observation)
 
     def cancel(self) -> None:
@@ -205,7 +207,7 @@ class ShadowMirror:
             agreement, note = await self.scorer.agreement(
                 ticket.path, ticket.body, incumbent, candidate,
                 incumbent_url=self.incumbent_url(), candidate_url=url, headers=ticket.headers,
-                greedy=ticket.sampling.greedy,
+                greedy=ticket.sampling.greedy, kept=ticket.kept,
             )  # fmt: skip
         pair = Pair(ticket.request_id, ticket.path, ticket.at, ticket.sampling, incumbent, candidate, agreement, note)
         if pair.candidate_failed:

@@ -1,10 +1,13 @@
 """Scoring a pair's accuracy over HTTP: teacher-forced with `echo` where the servers take it.
 
-For a completions pair, both variants are sent the prompt plus the incumbent's completion with
+For a completions pair, the candidate is sent the prompt plus the incumbent's completion with
 `echo: true, logprobs: 1, max_tokens: 0` (OpenAI's legacy completions API and vLLM: the answer
 repeats the prompt with a logprob and the top alternative for each of its tokens, the first one
-null). Scoring on both sides (not only the candidate) gives the incumbent's own logprobs of
-the same tokens even when the client never asked for logprobs.
+null). The incumbent's own logprobs of the same tokens, even when the client never asked for
+logprobs, come the cheap way where they can: its tandem replica kept them while it generated the
+answer (`Kept`: tandem.contracts.KEEP_TRACK_HEADER) and hands them over once. Only where that
+track is missing (another engine, evicted) or tokenized differently is the incumbent sent the
+same echo: a scoring prefill on a replica that serves clients, which is what the kept track saves.
 
 A server that refuses `echo` (any 4xx) or ignores it turns teacher forcing off for the rest of
 the gate's life: every later pair is judged on its shared prefix (tandem.gate.agreement), and
@@ -17,15 +20,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from tandem.gate.agreement import TokenAgreement, TrackMismatch, completion_start, shared_prefix, teacher_forced
+from tandem.contracts import KEPT_TRACK_PATH
+from tandem.gate.agreement import (
+    TokenAgreement,
+    TrackMismatch,
+    completion_start,
+    shared_prefix,
+    teacher_forced,
+    teacher_forced_kept,
+)
 from tandem.gate.logprobs import TokenTrack, parse_logprobs
 from tandem.gate.observation import Observation
 
-__all__ = ["Scorer", "echo_body", "COMPLETIONS"]
+__all__ = ["Scorer", "Kept", "echo_body", "COMPLETIONS"]
 
 COMPLETIONS = "/v1/completions"
 
@@ -36,6 +48,14 @@ class _EchoRejected(Exception):
 
 class _ScoringFailed(Exception):
     """A scoring request failed for a passing reason (5xx, transport)."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Where the incumbent's answer to a mirrored request left its track: the replica that served it, the key."""
+
+    url: str
+    key: str
 
 
 def echo_body(model: Any, text: str) -> dict[str, Any]:
@@ -58,6 +78,22 @@ class Scorer:
         self.teacher_forced = 0  # pairs scored teacher-forced
         self.failures = 0  # scoring requests that failed for a passing reason
         self.mismatches = 0  # pairs whose two echoes tokenized differently
+        self.kept = 0  # pairs whose incumbent side was its replica's kept track (no scoring prefill there)
+        self.kept_missed = 0  # pairs with a kept track asked for but not usable: echoed on the incumbent
+
+    async def _kept(self, kept: Kept, headers: Mapping[str, str], completion: str) -> TokenTrack | None:
+        """The incumbent's kept track of `completion`, or None (any failure: the echo is the way then)."""
+        try:
+            response = await self.client.get(
+                f"{kept.url}{KEPT_TRACK_PATH}/{kept.key}", headers=dict(headers), timeout=self.timeout_s
+            )
+            raw = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        if not isinstance(raw, dict) or raw.get("text") != completion:
+            return None
+        track = parse_logprobs(raw.get("logprobs"))
+        return track if track is not None and "".join(track.tokens) == completion else None
 
     async def _echo(self, url: str, body: dict[str, Any], headers: Mapping[str, str], completion: str):
         try:
@@ -89,6 +125,7 @@ class Scorer:
         candidate_url: str | None,
         headers: Mapping[str, str] | None = None,
         greedy: bool = False,
+        kept: Kept | None = None,
     ) -> tuple[TokenAgreement | None, str | None]:
         """(agreement, note): the best token-level evidence this pair allows, and why not better."""
         note = None
@@ -105,10 +142,26 @@ class Scorer:
             scoring = echo_body(body.get("model"), prompt + incumbent.text)
             hdrs = headers or {}
             try:
-                (text, inc), (_, cand) = await asyncio.gather(
-                    self._echo(incumbent_url + COMPLETIONS, scoring, hdrs, incumbent.text),
-                    self._echo(candidate_url + COMPLETIONS, scoring, hdrs, incumbent.text),
-                )
+                if kept is not None:
+                    own, (text, cand) = await asyncio.gather(
+                        self._kept(kept, hdrs, incumbent.text),
+                        self._echo(candidate_url + COMPLETIONS, scoring, hdrs, incumbent.text),
+                    )
+                    if own is not None:
+                        try:
+                            result = teacher_forced_kept(own, cand, completion_start(cand, text, len(incumbent.text)))
+                            self.teacher_forced += 1
+                            self.kept += 1
+                            return result, None
+                        except TrackMismatch:
+                            pass  # the echo tokenized the completion another way: score both sides by echo
+                    self.kept_missed += 1
+                    text, inc = await self._echo(incumbent_url + COMPLETIONS, scoring, hdrs, incumbent.text)
+                else:
+                    (text, inc), (_, cand) = await asyncio.gather(
+                        self._echo(incumbent_url + COMPLETIONS, scoring, hdrs, incumbent.text),
+                        self._echo(candidate_url + COMPLETIONS, scoring, hdrs, incumbent.text),
+                    )
                 result = teacher_forced(inc, cand, completion_start(inc, text, len(incumbent.text)))
                 self.teacher_forced += 1
                 return result, None

@@ -167,10 +167,11 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
         target = attempts[-1]
         upstream: httpx.Response | None = None
         content = b""
-        tap.attempt(stream, gw.clock())
+        tap.attempt(stream, gw.clock(), target.url)
+        sent = {**headers, **tap.headers()}
         try:
             if stream:
-                upstream, started = await _start_stream(gw, target, path, body, headers)
+                upstream, started = await _start_stream(gw, target, path, body, sent)
                 if isinstance(started, Started):  # the first chunk came: commit our own 200 now
                     timing.first_byte(target.variant)
                     tap.status(upstream.status_code)
@@ -182,7 +183,7 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
                 content, kind = started
             else:
                 upstream = await gw.liveness.answer(
-                    target.replica_id, _post(gw, target.url + path, body, headers), gw.first_byte_timeout_s,
+                    target.replica_id, _post(gw, target.url + path, body, sent), gw.first_byte_timeout_s,
                     probe=lambda url=target.url, variant=target.variant: _answers_health(gw, url, variant),
                 )  # fmt: skip
                 content, kind = upstream.content, classify_status(upstream.status_code)

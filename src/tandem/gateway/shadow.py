@@ -10,7 +10,10 @@ A deployment with a `gate:` block (or `tandem serve --shadow RECIPE`) gets one `
   a copy that fails is the candidate's error, never the client's;
 - a `Tap` per mirrored request: the proxy feeds it the incumbent's answer as it relays it (per
   attempt: a retried request is timed from its last attempt), then hands the incumbent's
-  Observation to the mirror once the client has it all, or cancels the mirror when the client left;
+  Observation to the mirror once the client has it all, or cancels the mirror when the client left.
+  A mirrored completion (one text prompt, no logprobs asked) also asks the incumbent's replica to
+  keep its own logprobs (`Tap.headers`, tandem.contracts.KEEP_TRACK_HEADER): the gate's scoring
+  then costs that client-facing replica no second prefill (tandem.gate.scoring);
 - `tick(now)`, after each Controller.tick (in the control loop's thread): `Gate.evaluate`. On
   PASS with auto_promote the gate calls `Controller.use(candidate)` (the rollout: zero failed
   requests); FAIL and INCONCLUSIVE stop shadowing, keep the incumbent and retire the candidate's
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -38,11 +42,12 @@ import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from tandem.contracts import KEEP_TRACK_HEADER
 from tandem.gate.config import GateConfig
 from tandem.gate.mirror import ShadowMirror, Ticket
 from tandem.gate.observation import ResponseRecorder
 from tandem.gate.pairs import PairLog
-from tandem.gate.scoring import Scorer
+from tandem.gate.scoring import COMPLETIONS, Kept, Scorer
 from tandem.gate.sides import Side
 from tandem.gate.state import Decision, Gate, GateState
 from tandem.pricing import DEFAULT_PRICE
@@ -72,15 +77,23 @@ def _side(variant: Variant) -> Side:
 class Tap:
     """One mirrored request's incumbent side, fed by the proxy. Inactive (NO_TAP) when not mirrored."""
 
-    def __init__(self, shadow: GatewayShadow | None, ticket: Ticket | None, arrived: float) -> None:
-        self.shadow, self.ticket = shadow, ticket
+    def __init__(
+        self, shadow: GatewayShadow | None, ticket: Ticket | None, arrived: float, keep_key: str | None = None
+    ) -> None:
+        self.shadow, self.ticket, self.keep_key = shadow, ticket, keep_key
         self.recorder = ResponseRecorder(arrived, False)
         self.reported = ticket is None
+        self.url: str | None = None  # the replica of the current attempt
 
-    def attempt(self, stream: bool, at: float) -> None:
-        """A new attempt is sent to a replica: time it from now."""
+    def attempt(self, stream: bool, at: float, url: str | None = None) -> None:
+        """A new attempt is sent to the replica at `url`: time it from now."""
         if not self.reported:
             self.recorder = ResponseRecorder(at, stream)
+            self.url = url
+
+    def headers(self) -> dict[str, str]:
+        """What the incumbent's request carries besides the client's: the ask to keep its track."""
+        return {KEEP_TRACK_HEADER: self.keep_key} if self.keep_key is not None and not self.reported else {}
 
     def status(self, code: int) -> None:
         if not self.reported:
@@ -100,7 +113,8 @@ class Tap:
             self.shadow.count("not_incumbent")
             self.ticket.cancel()
             return
-        self.ticket.incumbent_done(self.recorder.finish(at, error))
+        kept = Kept(self.url, self.keep_key) if self.keep_key is not None and self.url is not None else None
+        self.ticket.incumbent_done(self.recorder.finish(at, error), kept)
 
     def answered(self, variant: str, status: int, content: bytes, at: float) -> None:
         """A whole (non-streamed) answer from `variant`."""
@@ -194,7 +208,9 @@ class GatewayShadow:
             return NO_TAP
         kept = {k: v for k, v in headers.items() if k.lower() in _KEPT_HEADERS}
         ticket = self.mirror.offer(path, payload, kept)
-        return NO_TAP if ticket is None else Tap(self, ticket, self.clock())
+        if ticket is None:
+            return NO_TAP
+        return Tap(self, ticket, self.clock(), secrets.token_urlsafe(16) if _keeps_track(path, payload) else None)
 
     def count(self, outcome: str) -> None:
         self.counts[outcome] += 1
@@ -259,8 +275,23 @@ class GatewayShadow:
             queued=self.mirror.pending if self.mirror is not None else 0,
             rollout=None if rollout is None else {"old": rollout.old, "new": rollout.new, "phase": str(rollout.phase)},
             config=asdict(self.config),
+            scoring=None if self.scorer is None else _scoring_counts(self.scorer),
         )
         return out
+
+
+def _scoring_counts(scorer: Scorer) -> dict[str, int]:
+    """How the pairs were scored: teacher-forced (of which with the incumbent's kept track), failures."""
+    return {
+        "teacher_forced": scorer.teacher_forced, "incumbent_kept_track": scorer.kept,
+        "incumbent_echoed": scorer.teacher_forced - scorer.kept, "kept_track_missed": scorer.kept_missed,
+        "failures": scorer.failures, "mismatches": scorer.mismatches,
+    }  # fmt: skip
+
+
+def _keeps_track(path: str, payload: dict[str, Any]) -> bool:
+    """Whether the incumbent's replica can keep this request's track: what the gate scores by echo."""
+    return path == COMPLETIONS and isinstance(payload.get("prompt"), str) and payload.get("logprobs") is None
 
 
 class _GateCollector:

@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 
-
 def new_fleet_secret() -> str:
     return secrets.token_urlsafe(32)
 
@@ -237,7 +236,10 @@ def local_backend(
 
 
 def choose_backend(
-    settings: Settings, deployment: Deployment, log_dir: Path, environ: Mapping[str, str] | None = None,
+    settings: Settings,
+    deployment: Deployment,
+    log_dir: Path,
+    environ: Mapping[str, str] | None = None,
     fleet_secret: str | None = None,
 ) -> tuple[Backend, str]:
     """The deployment's backend, and a line for the banner saying where replicas run; either way the

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from tandem.contracts import KEPT_TRACK_PATH
 from tandem.edge.openapi import Operation
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "Completion",
     "ChatCompletion",
     "Detokenized",
+    "KeptTrack",
     "ModelCard",
     "ModelList",
     "Tokenized",
@@ -121,6 +123,13 @@ class Version(BaseModel):
     version: str
 
 
+class KeptTrack(BaseModel):
+    """A completion's own logprobs, kept for the gateway's gate (tandem.serve.kept_tracks)."""
+
+    text: str
+    logprobs: dict[str, Any]
+
+
 _GET = (401, 404, 500, 503)
 _TOKENS = (400, 401, 404, 408, 413, 500, 503)
 SERVER_OPERATIONS: dict[tuple[str, str], Operation] = {
@@ -135,4 +144,5 @@ SERVER_OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/tokenize", "post"): Operation(Tokenized, errors=_TOKENS),
     ("/detokenize", "post"): Operation(Detokenized, errors=_TOKENS),
     ("/version", "get"): Operation(Version, errors=(500,)),
+    (KEPT_TRACK_PATH + "/{key}", "get"): Operation(KeptTrack, errors=_GET),
 }

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from tandem.contracts import KEPT_TRACK_PATH
 from tandem.edge.auth import ApiKeyMiddleware
 from tandem.edge.bodies import RequestBodyMiddleware
 from tandem.edge.errors import install_error_handlers
@@ -25,6 +26,7 @@ from tandem.edge.openapi import install_openapi
 from tandem.edge.prometheus import HttpResponseCounter, metrics_response
 from tandem.edge.settings import Settings
 from tandem.serve.api_docs import SERVER_OPERATIONS
+from tandem.serve.kept_tracks import build_kept_tracks_router
 from tandem.serve.metrics import UNCOUNTED_PATHS
 from tandem.serve.openai_api import build_router
 from tandem.serve.served import ServedModel
@@ -36,7 +38,7 @@ __all__ = ["FLEET_PROTECTED", "PROTECTED", "create_app", "describe_load_error"]
 logger = logging.getLogger("tandem.serve")
 
 # What an API key guards: the model's routes (GET /version, /health and /ready stay open, as in vLLM).
-PROTECTED = ("/v1", "/tokenize", "/detokenize")
+PROTECTED = ("/v1", "/tokenize", "/detokenize", KEPT_TRACK_PATH)
 FLEET_PROTECTED = (*PROTECTED, "/load", "/metrics", "/docs", "/redoc", "/openapi.json")
 
 
@@ -109,6 +111,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(build_router(state))
     app.include_router(build_tokens_router(state))
+    app.include_router(build_kept_tracks_router(state.kept))
 
     @app.get("/health")
     async def health() -> dict:

@@ -7,9 +7,10 @@ run, then either one JSON body or a server-sent event stream ending in `data: [D
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 from fastapi import APIRouter, Request
@@ -21,7 +22,8 @@ from tandem.engine.async_engine import EngineStoppedError
 from tandem.serve import responses as R
 from tandem.serve.admission import Lease
 from tandem.serve.generation import ChoiceResult, Generation
-from tandem.serve.plan import plan_chat, plan_completion
+from tandem.serve.kept_tracks import keep_key
+from tandem.serve.plan import Plan, plan_chat, plan_completion
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
@@ -59,8 +61,22 @@ def _stream_error(exc: Exception) -> bytes:
     )
 
 
-async def _completion_events(gen: Generation, body: CompletionRequest, created: int, rid: str) -> AsyncIterator[bytes]:
+def _computing_top1(plan: Plan) -> Plan:
+    """The plan with its one choice computing each token's logprob and top-1 (for a kept track)."""
+    (choice,) = plan.choices
+    params = dataclasses.replace(choice.params, logprobs=max(choice.params.logprobs or 0, 1))
+    return dataclasses.replace(plan, choices=[dataclasses.replace(choice, params=params)])
+
+
+Keep = Callable[[str, list], None]  # (the completion's text, its TokenLogprobs) -> kept for the gate
+
+
+async def _completion_events(
+    gen: Generation, body: CompletionRequest, created: int, rid: str, keep: Keep | None = None
+) -> AsyncIterator[bytes]:
     served, plan = gen.served, gen.plan
+    sends_logprobs = body.logprobs is not None  # a kept track's logprobs are computed, never sent
+    kept: list = []
     offsets = {c.index: 0 for c in plan.choices}
     tokens = {c.index: 0 for c in plan.choices}
     echoed = {c.index: not plan.echo for c in plan.choices}
@@ -69,15 +85,19 @@ async def _completion_events(gen: Generation, body: CompletionRequest, created: 
             async for choice, out in outputs:
                 tokens[choice.index] = len(out.token_ids)
                 text, logprobs = out.new_text, None
+                if keep is not None:
+                    kept.extend(out.logprobs or ())
+                    if out.finished:  # kept before the last chunk leaves: the gate may ask at once
+                        keep(out.text, kept)
                 if not echoed[choice.index]:  # the first chunk echoes the prompt, then the first tokens (as vLLM)
                     echoed[choice.index] = True
                     text = plan.prompt_texts[choice.prompt_index] + text
-                    if choice.params.logprobs is not None:
+                    if sends_logprobs:
                         prompt_ids = plan.prompts[choice.prompt_index]
                         logprobs = R.echo_logprobs(
                             prompt_ids, out.prompt_logprobs, out.logprobs or [], served.token_text
                         )
-                elif choice.params.logprobs is not None:
+                elif sends_logprobs:
                     logprobs = R.completion_logprobs(out.logprobs or [], served.token_text, offsets[choice.index])
                 if logprobs is not None:
                     offsets[choice.index] += sum(len(t) for t in logprobs["tokens"])
@@ -182,9 +202,17 @@ def build_router(state: ServerState) -> APIRouter:
             plan_completion, body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity
         )
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(state.wall_clock())
+        keep: Keep | None = None
+        key = keep_key(request.headers)
+        if key is not None and len(plan.choices) == 1 and not plan.echo and body.logprobs is None:
+            plan = _computing_top1(plan)
+
+            def keep(text: str, entries: list, key: str = key) -> None:
+                state.kept.keep(key, text, R.completion_logprobs(entries, served.token_text))
+
         gen, lease = start(plan, rid)
         if body.stream:
-            events = _completion_events(gen, body, created, rid)
+            events = _completion_events(gen, body, created, rid, keep)
             return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL)
         try:
             results = await _collect(gen, lease, request)
@@ -201,6 +229,8 @@ def build_router(state: ServerState) -> APIRouter:
             elif body.logprobs is not None:
                 logprobs = R.completion_logprobs(r.logprobs, served.token_text)
             choices.append(R.completion_choice(r.choice.index, text, r.finish_reason, logprobs, r.stop_reason))
+        if keep is not None:
+            keep(results[0].text, results[0].logprobs)
         use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
         return JSONResponse(R.completion_body(rid, created, served.name, choices, use))
 

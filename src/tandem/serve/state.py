@@ -9,6 +9,7 @@ from tandem.contracts import ReplicaLoad
 from tandem.edge.errors import APIError
 from tandem.edge.settings import Settings
 from tandem.serve.admission import Admission
+from tandem.serve.kept_tracks import KeptTracks
 from tandem.serve.metrics import EngineStats, ServerMetrics
 from tandem.serve.served import ServedModel
 
@@ -24,6 +25,7 @@ class ServerState:
     admission: Admission = field(default_factory=lambda: Admission(capacity=0))
     served: ServedModel | None = None
     load_error: str | None = None
+    kept: KeptTracks = field(default_factory=KeptTracks)  # tracks the gateway's gate asked to keep
 
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self.config.metrics_prefix)
