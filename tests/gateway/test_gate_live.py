@@ -56,7 +56,8 @@ def decided(gw: RunningGateway, timeout: float = 240.0) -> dict:
 
 def test_a_good_candidate_passes_and_is_promoted_with_no_failed_request(tmp_path):
     gate = {
-        "min_samples": {"latency": 16, "accuracy": 16, "errors": 16}, "max_samples": 48, "tolerances": LOOSE_LATENCY,
+        "min_samples": {"latency": 16, "accuracy": 16, "errors": 16}, "max_samples": 64, "tolerances": LOOSE_LATENCY,
+        "accuracy": {"score_fraction": 0.5},
     }  # fmt: skip
     raw = deployment("int8+ngram", gate, {1: 80.0, 4: 300.0, 16: 800.0, 32: 1100.0})
     gw = RunningGateway(raw, tmp_path / "logs", gate_log_dir=tmp_path / "gate")
@@ -79,9 +80,11 @@ def test_a_good_candidate_passes_and_is_promoted_with_no_failed_request(tmp_path
             "latency": "PASS", "accuracy": "PASS", "cost": "PASS", "errors": "PASS",
         }  # fmt: skip
         assert set(verdict["metrics"]["accuracy"]["stats"]["methods"]) == {"teacher-forced"}
-        # The incumbent's side came from what its replica kept while generating: no scoring prefill there.
-        scoring = view["scoring"]
+        # Half the pairs were scored; the incumbent's side came from what its replica kept while
+        # generating: no scoring prefill there.
+        scoring, mirror = view["scoring"], view["mirror"]
         assert scoring["incumbent_kept_track"] >= 16 and scoring["incumbent_echoed"] <= scoring["teacher_forced"] // 8
+        assert 0 < mirror["unscored"] < mirror["mirrored"]
         assert [d["to"] for d in view["decisions"]] == ["passed", "promoting", "done"]
         assert view["decisions"][0]["evidence"]["pairs"] >= 16
         text = gw.metrics()

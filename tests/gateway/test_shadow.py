@@ -39,7 +39,7 @@ def deployment(**gate) -> dict:
             {"name": "cand", "recipe": "int8", "replicas": {"min": 1, "max": 1}},
         ],
         "policy": {"name": "hpa"},
-        "gate": {"candidate": "cand", "fraction": 1.0, **gate},
+        "gate": {"candidate": "cand", "fraction": 1.0, "accuracy": {"score_fraction": 1.0}, **gate},
     }
 
 
@@ -148,6 +148,22 @@ def test_the_incumbent_is_asked_to_keep_its_track_for_mirrored_text_completions_
     assert replicas.fetched and {path for _, path in replicas.fetched} <= {f"{KEPT_TRACK_PATH}/{k}" for k in asked[:2]}
     assert all(host.startswith("inc") for host, _ in replicas.fetched)
     assert gw.last_view["scoring"]["incumbent_kept_track"] == 0
+
+
+def test_only_the_scored_share_of_pairs_costs_the_replicas_a_scoring_request():
+    replicas = Replicas()
+    gw = gateway(replicas, accuracy={"score_fraction": 0.5})
+    responses = asyncio.run(serve(gw, [BODY] * 40, drained))
+    assert [r.status_code for r in responses] == [200] * 40
+    view = gw.last_view
+    scored, unscored = view["mirror"]["mirrored"] - view["mirror"]["unscored"], view["mirror"]["unscored"]
+    assert view["mirror"]["paired"] == 40 and 10 <= unscored <= 30  # a random half
+    asked = [h.get(KEEP_TRACK_HEADER) for host, b, h in replicas.seen if host.startswith("inc") and not b.get("echo")]
+    assert sum(key is not None for key in asked) == scored  # only scored pairs ask the incumbent to keep a track
+    pairs = gw.shadow.pairs.snapshot()
+    notes = [p.note for p in pairs if p.note and "share of pairs scored" in p.note]
+    assert len(notes) == unscored and all(p.agreement is None for p in pairs if p.note in notes)
+    assert metric(gw.last_metrics, "tandem:shadow_requests_total", candidate="cand", outcome="unscored") == unscored
 
 
 def test_the_client_is_answered_while_the_candidate_hangs():

@@ -13,7 +13,8 @@ gate:
     latency_p95: 0.10          # the p95 at most 10% slower
     cost: 0.0                  # $ per million output tokens: not dearer at all
     error_rate: 0.02           # candidate errors above 2% of pairs fail the gate
-  accuracy: {min_top1_agreement: 0.90, max_logprob_gap: 0.10, lossless: false}
+  accuracy: {min_top1_agreement: 0.90, max_logprob_gap: 0.10, lossless: false,
+             score_fraction: 0.3}  # share of mirrored pairs scored for accuracy (a random sample)
   confidence: 0.95             # one-sided, for every interval the verdicts read
   tpot_slo_s: 0.1              # the SLO at which each Profile's capacity (and so its cost) is taken
   shadow: {queue: 64, concurrency: 4}
@@ -60,6 +61,11 @@ class AccuracySettings(_Strict):
     min_top1_agreement: float = Field(0.90, ge=0, le=1)
     max_logprob_gap: float = Field(0.10, ge=0)  # nats per token
     lossless: bool = False  # the candidate claims the incumbent's greedy output, token for token
+    # The share of mirrored pairs scored for accuracy, decided at random on arrival. Scoring costs the
+    # serving path (the candidate echoes, the incumbent's replica hands over its kept track); latency
+    # and errors need every pair, accuracy tens of them. 0.3: the default minimum of scored pairs (30)
+    # comes with the default minimum for latency (100 pairs).
+    score_fraction: float = Field(0.3, gt=0, le=1)
 
 
 class ShadowSettings(_Strict):
@@ -99,6 +105,7 @@ class GateSettings(_Strict):
             min_top1_agreement=self.accuracy.min_top1_agreement,
             max_logprob_gap=self.accuracy.max_logprob_gap,
             lossless=self.accuracy.lossless,
+            score_fraction=self.accuracy.score_fraction,
             confidence=self.confidence,
             tpot_slo_s=self.tpot_slo_s,
             shadow_queue=self.shadow.queue,
@@ -127,6 +134,7 @@ class GateConfig:
     min_top1_agreement: float = 0.90
     max_logprob_gap: float = 0.10
     lossless: bool = False
+    score_fraction: float = 0.3
     confidence: float = 0.95
     tpot_slo_s: float = 0.1
     shadow_queue: int = 64

@@ -5,8 +5,10 @@ sampled fraction, only while the gate is shadowing) and returns a Ticket or None
 on anything, so the client's answer is never delayed. A bounded queue feeds a few workers; when
 it is full the mirror is dropped and counted. A worker sends the copy to a candidate replica
 (the client's sampling parameters unchanged), records the answer, waits for the gateway to
-report the incumbent's Observation through the ticket, scores the pair's accuracy and hands the
-Pair to `record`. `ticket.cancel()` (the client went away) abandons the mirror, in flight or not.
+report the incumbent's Observation through the ticket, scores the pair's accuracy (a random
+`score_fraction` of the pairs, decided at arrival: scoring costs the serving path a request on each
+side, and accuracy needs tens of scored pairs where latency needs every one) and hands the Pair to
+`record`. `ticket.cancel()` (the client went away) abandons the mirror, in flight or not.
 
 Side effects come in as arguments: the httpx client (its transport: a real one, or
 httpx.MockTransport in tests), where the candidate and incumbent replicas are, the clock, the
@@ -57,6 +59,7 @@ class Ticket:
         self.cancelled = False
         self.task: asyncio.Task | None = None  # the candidate's request, while in flight
         self.kept: Kept | None = None  # where the incumbent's replica kept its track, if it was asked to
+        self.scored = True  # scored for accuracy (decided at arrival: a random share of the pairs)
 
     def incumbent_done(self, observation: Observation, kept: Kept | None = None) -> None:
         """The incumbent's answer, once the client has it in full (and where its track was kept)."""
@@ -89,6 +92,7 @@ class ShadowMirror:
         clock: Callable[[], float] = time.monotonic,
         scorer: Scorer | None = None,
         score: bool = True,
+        score_fraction: float = 1.0,
         incumbent_timeout_s: float = 600.0,
     ) -> None:
         if not 0 < fraction <= 1:
@@ -98,6 +102,7 @@ class ShadowMirror:
         self.fraction, self.enabled, self.sample, self.clock = fraction, enabled, sample, clock
         self.scorer = scorer or Scorer(client)
         self.score = score  # False: pairs are recorded unscored (the offline gate scores after the last one)
+        self.score_fraction = score_fraction  # the share of pairs scored (the rest: latency and errors only)
         self.incumbent_timeout_s = incumbent_timeout_s
         self.concurrency = concurrency
         self.counts: Counter[str] = Counter()  # offered, mirrored, dropped, skipped, cancelled, no_replica, ...
@@ -131,6 +136,9 @@ class ShadowMirror:
             self.counts["dropped"] += 1
             return None
         self.counts["mirrored"] += 1
+        if self.score and self.score_fraction < 1 and self.sample() >= self.score_fraction:
+            ticket.scored = False
+            self.counts["unscored"] += 1
         return ticket
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -202,8 +210,8 @@ class ShadowMirror:
         except TimeoutError:
             self.counts["orphaned"] += 1  # the gateway never reported the incumbent's side
             return
-        agreement, note = None, None
-        if self.score and incumbent.ok and candidate.ok:
+        agreement, note = None, None if ticket.scored else "not in the share of pairs scored for accuracy"
+        if self.score and ticket.scored and incumbent.ok and candidate.ok:
             agreement, note = await self.scorer.agreement(
                 ticket.path, ticket.body, incumbent, candidate,
                 incumbent_url=self.incumbent_url(), candidate_url=url, headers=ticket.headers,

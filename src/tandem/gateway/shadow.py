@@ -11,8 +11,8 @@ A deployment with a `gate:` block (or `tandem serve --shadow RECIPE`) gets one `
 - a `Tap` per mirrored request: the proxy feeds it the incumbent's answer as it relays it (per
   attempt: a retried request is timed from its last attempt), then hands the incumbent's
   Observation to the mirror once the client has it all, or cancels the mirror when the client left.
-  A mirrored completion (one text prompt, no logprobs asked) also asks the incumbent's replica to
-  keep its own logprobs (`Tap.headers`, tandem.contracts.KEEP_TRACK_HEADER): the gate's scoring
+  A mirrored completion picked for accuracy scoring (one text prompt, no logprobs asked; a random
+  `accuracy.score_fraction` of the pairs) also asks the incumbent's replica to keep its own logprobs (`Tap.headers`, tandem.contracts.KEEP_TRACK_HEADER): the gate's scoring
   then costs that client-facing replica no second prefill (tandem.gate.scoring);
 - `tick(now)`, after each Controller.tick (in the control loop's thread): `Gate.evaluate`. On
   PASS with auto_promote the gate calls `Controller.use(candidate)` (the rollout: zero failed
@@ -63,7 +63,7 @@ logger = logging.getLogger("tandem.gate")
 STATE_CODES = {state: code for code, state in enumerate(GateState)}  # shadowing 0 ... done 5
 # The mirror's counts exported as outcomes (tandem.gate.mirror counts them; not_incumbent here).
 OUTCOMES = ("mirrored", "dropped", "skipped", "cancelled", "not_incumbent", "no_replica", "paired",
-            "candidate_errors", "orphaned", "failed")  # fmt: skip
+            "candidate_errors", "orphaned", "failed", "unscored")  # fmt: skip
 _VERDICT_OF = {GateState.PASSED: "PASS", GateState.FAILED: "FAIL", GateState.INCONCLUSIVE: "INCONCLUSIVE"}
 _KEPT_HEADERS = ("accept", "x-request-id")  # not the client's key: replicas get the fleet's secret
 
@@ -182,6 +182,7 @@ class GatewayShadow:
             record=self.pairs.add, fraction=self.config.fraction, queue_size=self.config.shadow_queue,
             concurrency=self.config.shadow_concurrency, enabled=self.shadowing, sample=self.sample,
             clock=self.clock, scorer=self.scorer,
+            score_fraction=self.config.score_fraction,
         )  # fmt: skip
         self.mirror.counts = self.counts  # one set of counts, every outcome present (read from other threads)
         self.mirror.start()
@@ -210,7 +211,8 @@ class GatewayShadow:
         ticket = self.mirror.offer(path, payload, kept)
         if ticket is None:
             return NO_TAP
-        return Tap(self, ticket, self.clock(), secrets.token_urlsafe(16) if _keeps_track(path, payload) else None)
+        keeps = ticket.scored and _keeps_track(path, payload)
+        return Tap(self, ticket, self.clock(), secrets.token_urlsafe(16) if keeps else None)
 
     def count(self, outcome: str) -> None:
         self.counts[outcome] += 1
