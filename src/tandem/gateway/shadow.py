@@ -12,8 +12,9 @@ A deployment with a `gate:` block (or `tandem serve --shadow RECIPE`) gets one `
   attempt: a retried request is timed from its last attempt), then hands the incumbent's
   Observation to the mirror once the client has it all, or cancels the mirror when the client left.
   A mirrored completion picked for accuracy scoring (one text prompt, no logprobs asked; a random
-  `accuracy.score_fraction` of the pairs) also asks the incumbent's replica to keep its own logprobs (`Tap.headers`, tandem.contracts.KEEP_TRACK_HEADER): the gate's scoring
-  then costs that client-facing replica no second prefill (tandem.gate.scoring);
+  `accuracy.score_fraction` of the pairs) also asks the incumbent's replica to keep its own
+  logprobs (`Tap.headers`, tandem.contracts.KEEP_TRACK_HEADER): the gate's scoring then costs
+  that client-facing replica no second prefill (tandem.gate.scoring);
 - `tick(now)`, after each Controller.tick (in the control loop's thread): `Gate.evaluate`. On
   PASS with auto_promote the gate calls `Controller.use(candidate)` (the rollout: zero failed
   requests); FAIL and INCONCLUSIVE stop shadowing, keep the incumbent and retire the candidate's
