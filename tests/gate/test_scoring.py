@@ -171,10 +171,30 @@ def test_the_incumbents_kept_track_spares_it_the_echo_and_scores_the_same():
     assert (scorer.kept, scorer.kept_missed, scorer.teacher_forced) == (1, 0, 1)
 
 
+def test_a_stop_string_cuts_the_text_not_the_tokens_and_a_retokenized_tail_is_left_out():
+    # The client got "\n  return" (a stop string cut " 1"); the replica generated three tokens.
+    servers = Servers()
+    servers.kept = kept_track(text="\n  return")
+    inc = obs(text="\n  return", track=None)
+    echo = vllm_echo(
+        TOKENS[:5], [-2.0, -1.0, -0.5, -0.4, -0.2], [None, " f", "():", "\n", "  pass"], PROMPT + "\n  return"
+    )
+    servers.answers["cand"] = echo
+    (agreement, note), scorer = score(servers, inc=inc, kept=Kept("http://inc", "k"))
+    assert note is None and scorer.kept == 1 and (agreement.positions, agreement.agree) == (2, 1)
+    # The echo split "  return" in two: the positions up to the split still count.
+    servers = Servers()
+    servers.kept = kept_track()
+    split = [*TOKENS[:4], "  ret", "urn", " 1"]
+    servers.answers["cand"] = vllm_echo(split, [-1.0] * 7, [None, *split[1:]], PROMPT + COMPLETION)
+    (agreement, note), scorer = score(servers, kept=Kept("http://inc", "k"))
+    assert note is None and scorer.kept == 1 and (agreement.positions, agreement.agree) == (1, 1)
+
+
 @pytest.mark.parametrize(
     "answer",
-    [None, kept_track(text="something else"), kept_track(tokens=("\n", "  ret", "urn 1"))],
-    ids=["missing", "another-text", "another-tokenization"],
+    [None, kept_track(text="something else"), kept_track(tokens=("\n  ", "ret", "urn 1"))],
+    ids=["missing", "another-text", "another-first-token"],
 )
 def test_a_kept_track_that_is_missing_or_does_not_fit_falls_back_to_the_echo(answer):
     servers = Servers()

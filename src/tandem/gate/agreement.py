@@ -106,12 +106,16 @@ def teacher_forced_kept(kept: TokenTrack, cand: TokenTrack, start: int) -> Token
     against the candidate's echo of prompt + completion, whose completion starts at `start`.
 
     The same comparison as `teacher_forced`: at each completion position both saw the prompt and the
-    incumbent's tokens before it, the incumbent while generating, the candidate teacher-forced."""
-    n = len(kept.tokens)
-    if kept.tokens != cand.tokens[start:]:
-        raise TrackMismatch(f"the echo retokenized the completion ({len(cand.tokens) - start} tokens vs {n} generated)")
-    echoed = TokenTrack(cand.tokens[start:], cand.logprobs[start:], cand.top1[start:])
-    return _compare(kept, echoed, range(n), range(n), TEACHER_FORCED)
+    incumbent's tokens before it, the incumbent while generating, the candidate teacher-forced. Where
+    the echo tokenized the text another way from some position on (a stop string cut the last
+    token, a character split across tokens), the contexts part there: positions up to it count."""
+    span = cand.tokens[start:]
+    shorter = min(len(kept.tokens), len(span))
+    same = next((i for i in range(shorter) if kept.tokens[i] != span[i]), shorter)
+    if same == 0:
+        raise TrackMismatch(f"the echo tokenized the completion another way from its first token ({span[:1]})")
+    echoed = TokenTrack(span, cand.logprobs[start:], cand.top1[start:])
+    return _compare(kept, echoed, range(same), range(same), TEACHER_FORCED)
 
 
 def shared_prefix(inc: TokenTrack, cand: TokenTrack, greedy: bool) -> TokenAgreement:

@@ -70,6 +70,20 @@ def _message(response: httpx.Response) -> str:
         return response.text[:200]
 
 
+def _spelling(track: TokenTrack, completion: str) -> TokenTrack | None:
+    """The leading tokens of a kept track that spell the start of `completion`. A stop string cuts the
+    text, not the tokens: the generated tokens run on past the end of what the client got."""
+    at = count = 0
+    for token in track.tokens:
+        if not token or not completion.startswith(token, at):
+            break
+        at += len(token)
+        count += 1
+    if count == 0:
+        return None
+    return TokenTrack(track.tokens[:count], track.logprobs[:count], track.top1[:count])
+
+
 class Scorer:
     def __init__(self, client: httpx.AsyncClient, timeout_s: float = 120.0) -> None:
         self.client = client
@@ -93,7 +107,7 @@ class Scorer:
         if not isinstance(raw, dict) or raw.get("text") != completion:
             return None
         track = parse_logprobs(raw.get("logprobs"))
-        return track if track is not None and "".join(track.tokens) == completion else None
+        return None if track is None else _spelling(track, completion)
 
     async def _echo(self, url: str, body: dict[str, Any], headers: Mapping[str, str], completion: str):
         try:
