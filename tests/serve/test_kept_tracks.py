@@ -55,6 +55,14 @@ def test_a_marked_request_gets_the_same_answer_and_its_track_is_kept_once(http, 
     assert gone.status_code == 404 and "never kept, already fetched" in gone.json()["error"]["message"]
 
 
+def test_a_sampled_answer_is_the_same_with_its_track_kept(http):
+    sampled = {**BODY, "temperature": 0.9, "top_p": 0.95, "seed": 3, "max_tokens": 24}
+    plain = http.post("/v1/completions", json=sampled).json()["choices"][0]["text"]
+    marked = http.post("/v1/completions", json=sampled, headers={KEEP_TRACK_HEADER: "sampled-key"})
+    assert marked.json()["choices"][0]["text"] == plain
+    assert http.get(f"{KEPT_TRACK_PATH}/sampled-key").json()["text"] == plain
+
+
 def test_requests_the_gate_does_not_score_this_way_keep_nothing(http):
     for extra in ({"n": 2}, {"logprobs": 2}, {"echo": True}):
         key = "x" * 10 + str(len(extra)) + next(iter(extra))
