@@ -114,8 +114,7 @@ def teacher_forced_kept(kept: TokenTrack, cand: TokenTrack, start: int) -> Token
     same = next((i for i in range(shorter) if kept.tokens[i] != span[i]), shorter)
     if same == 0:
         raise TrackMismatch(f"the echo tokenized the completion another way from its first token ({span[:1]})")
-    echoed = TokenTrack(span, cand.logprobs[start:], cand.top1[start:])
-    return _compare(kept, echoed, range(same), range(same), TEACHER_FORCED)
+    return _compare(kept, cand.span(start), range(same), range(same), TEACHER_FORCED)
 
 
 def shared_prefix(inc: TokenTrack, cand: TokenTrack, greedy: bool) -> TokenAgreement:

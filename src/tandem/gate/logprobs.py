@@ -45,6 +45,12 @@ class TokenTrack:
             offsets,
         )
 
+    def span(self, start: int, stop: int | None = None) -> TokenTrack:
+        """Positions start..stop-1 (offsets too, where the track has them)."""
+        cut = slice(start, stop)
+        offsets = None if self.offsets is None else self.offsets[cut]
+        return TokenTrack(self.tokens[cut], self.logprobs[cut], self.top1[cut], offsets)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "tokens": list(self.tokens),

@@ -81,7 +81,7 @@ def _spelling(track: TokenTrack, completion: str) -> TokenTrack | None:
         count += 1
     if count == 0:
         return None
-    return TokenTrack(track.tokens[:count], track.logprobs[:count], track.top1[:count])
+    return track.span(0, count)
 
 
 class Scorer:
