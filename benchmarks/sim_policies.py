@@ -95,7 +95,7 @@ def main() -> None:
             "source": profile.source,
             "source_note": profile.source_note,
             "accelerators": profile.accelerators,
-        },  # fmt: skip
+        },
         "trace": {"name": args.trace, "requests": len(trace), "duration_s": duration, "rate_scale": args.rate_scale},
         "slo": {"ttft_s": args.slo_ttft_s, "tpot_s": args.slo_tpot_s, "target": args.target},
         "attainment_bar": bar,
@@ -104,7 +104,7 @@ def main() -> None:
         "attribution": [
             ATTRIBUTION[CONVERSATION_TRACE],
             *([profile.extra["attribution"]] if "attribution" in profile.extra else []),
-        ],  # fmt: skip
+        ],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2) + "\n")

@@ -137,11 +137,18 @@ def test_a_mirrored_stream_keeps_the_clients_parameters_and_becomes_a_pair():
 def test_the_incumbent_is_asked_to_keep_its_track_for_mirrored_text_completions_only():
     replicas = Replicas()
     gw = gateway(replicas)
-    bodies = [BODY, {**BODY, "stream": True}, {**BODY, "logprobs": 1}, {**BODY, "prompt": [1, 2, 3]}]
+    bodies = [
+        BODY,
+        {**BODY, "stream": True},
+        {**BODY, "logprobs": 1},
+        {**BODY, "prompt": [1, 2, 3]},
+        {**BODY, "echo": True},
+    ]
     responses = asyncio.run(serve(gw, bodies, drained))
-    assert [r.status_code for r in responses] == [200] * 4
-    asked = [h.get(KEEP_TRACK_HEADER) for host, b, h in replicas.seen if host.startswith("inc") and not b.get("echo")]
-    assert len(asked) == 4 and all(asked[:2]) and asked[0] != asked[1] and asked[2:] == [None, None]
+    assert [r.status_code for r in responses] == [200] * 5
+    clients = [h for host, b, h in replicas.seen if host.startswith("inc") and b.get("max_tokens") != 0]
+    asked = [h.get(KEEP_TRACK_HEADER) for h in clients]  # on the clients' requests (not the gate's echoes)
+    assert len(asked) == 5 and all(asked[:2]) and asked[0] != asked[1] and asked[2:] == [None, None, None]
     assert all(KEEP_TRACK_HEADER not in h for host, _, h in replicas.seen if host.startswith("cand"))
     # The gate asks the replica that served it for its track (this mock keeps none and ignores echo,
     # which turns teacher forcing off after the first pair: tests/gate/test_scoring.py has the rest).

@@ -293,8 +293,12 @@ def _scoring_counts(scorer: Scorer) -> dict[str, int]:
 
 
 def _keeps_track(path: str, payload: dict[str, Any]) -> bool:
-    """Whether the incumbent's replica can keep this request's track: what the gate scores by echo."""
-    return path == COMPLETIONS and isinstance(payload.get("prompt"), str) and payload.get("logprobs") is None
+    """Whether the incumbent's replica keeps this request's track when asked (one text prompt, no echo,
+    no logprobs asked; one choice: the mirror takes no other); tandem.serve.openai_api keeps no other."""
+    return (
+        path == COMPLETIONS and isinstance(payload.get("prompt"), str) and payload.get("logprobs") is None
+        and not payload.get("echo")
+    )  # fmt: skip
 
 
 class _GateCollector:
