@@ -34,6 +34,8 @@ BASES = (ROOT, ROOT / "src", ROOT / "src" / "tandem")
 TOP_LEVEL = {p.name for p in ROOT.iterdir()} - {".git", ".venv", "build"}
 FILE_SUFFIXES = (".py", ".json", ".md", ".yaml", ".yml", ".csv", ".sh", ".png", ".html", ".toml", ".c")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0")
+# Public upstream sites a page may link to, named one by one (none yet: everything else is in the repository).
+UPSTREAM_HOSTS: tuple[str, ...] = ()
 
 
 def _mentioned_paths(text: str) -> set[str]:
@@ -94,7 +96,7 @@ def test_no_link_leaves_the_repository(page):
     if page.parent == DOCS:  # the site's pages link to each other, never to the repository's files
         assert not [link for link in re.findall(r"\]\(([^)#]+)", text) if not link.endswith(".md")]
     urls = re.findall(r"https?://([^/\s`'\")]+)", text)
-    outside = [host for host in urls if host.split(":")[0] not in LOCAL_HOSTS]
+    outside = [host for host in urls if host.split(":")[0] not in LOCAL_HOSTS + UPSTREAM_HOSTS]
     assert not outside, f"links that leave the repository: {outside}"
 
 
@@ -103,7 +105,7 @@ def test_the_readme_has_its_curl_examples_and_links_every_docs_page():
     assert re.findall(r"https?://127\.0\.0\.1", text), "the README's curl examples were not found"
     linked = {Path(link.partition("#")[0]) for link in re.findall(r"\]\((docs/[^)]+)\)", text)}
     unlinked = sorted(str(page.relative_to(ROOT)) for page in DOCS.glob("*.md") if page.relative_to(ROOT) not in linked)
-    assert unlinked == ["docs/index.md"], f"docs pages the README does not link: {unlinked}"
+    assert not unlinked, f"docs pages the README does not link: {unlinked}"
 
 
 def test_the_site_lists_every_docs_page():
