@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from tandem.optimize.progress import StepProgress
+from tandem.progress import StepProgress
 
 
 def _console(terminal: bool) -> tuple[Console, io.StringIO]:

@@ -28,10 +28,10 @@ _EXPORTS = {
     "GateState": "tandem.gate.state",
     "GateVerdict": "tandem.gate.verdict",
     "MetricVerdict": "tandem.gate.verdict",
-    "Observation": "tandem.gate.observation",
+    "Observation": "tandem.measure.observation",
     "Pair": "tandem.gate.pairs",
     "PairLog": "tandem.gate.pairs",
-    "ResponseRecorder": "tandem.gate.observation",
+    "ResponseRecorder": "tandem.measure.observation",
     "Sampling": "tandem.gate.pairs",
     "Scorer": "tandem.gate.scoring",
     "ShadowMirror": "tandem.gate.mirror",
@@ -40,7 +40,7 @@ _EXPORTS = {
     "TokenAgreement": "tandem.gate.agreement",
     "Verdict": "tandem.gate.verdict",
     "judge": "tandem.gate.evidence",
-    "observe": "tandem.gate.observation",
+    "observe": "tandem.measure.observation",
     "parse_gate_settings": "tandem.gate.config",
 }
 

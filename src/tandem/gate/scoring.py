@@ -34,8 +34,8 @@ from tandem.gate.agreement import (
     teacher_forced,
     teacher_forced_kept,
 )
-from tandem.gate.logprobs import TokenTrack, parse_logprobs
-from tandem.gate.observation import Observation
+from tandem.measure.logprobs import TokenTrack, parse_logprobs
+from tandem.measure.observation import Observation
 
 __all__ = ["Scorer", "Kept", "echo_body", "COMPLETIONS"]
 

@@ -46,11 +46,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from tandem.contracts import KEEP_TRACK_HEADER
 from tandem.gate.config import GateConfig
 from tandem.gate.mirror import ShadowMirror, Ticket
-from tandem.gate.observation import ResponseRecorder
 from tandem.gate.pairs import PairLog
 from tandem.gate.scoring import COMPLETIONS, Kept, Scorer
 from tandem.gate.sides import Side
 from tandem.gate.state import Decision, Gate, GateState
+from tandem.measure.observation import ResponseRecorder
 from tandem.pricing import DEFAULT_PRICE
 from tandem.schedule import restarts
 from tandem.schedule.controller import Controller
