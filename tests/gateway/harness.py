@@ -131,8 +131,9 @@ class RunningGateway:
                     os.kill(proc.handle.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        else:
-            backend.kill_stragglers()
+        else:  # a RayBackend: its placer kills what is still shutting down
+            for replica_id in backend.stopping:
+                backend.placer.kill(replica_id)
 
 
 class Outcomes:
