@@ -201,7 +201,7 @@ def main() -> None:
             "requests_per_client": args.requests_per_client,
             "max_tokens": args.max_tokens,
             "ray": "single-node cluster in this process (num_cpus=4)",
-        },  # fmt: skip
+        },
         "summary": summary,
         "startup": startup,
         "throughput": {k: [{x: r[x] for x in r if x != "records"} for r in v] for k, v in rates.items()},

@@ -226,7 +226,7 @@ def measure_endpoint(
             "prompt_tokens": prompt_tokens,
             "new_tokens": new_tokens,
             "ignore_eos": got["ignore_eos"],
-        },  # fmt: skip
+        },
         source="measured",
         source_note=(
             f"measured black-box over HTTP at {url} (tandem profile --endpoint): decode by concurrency, prefill, "
