@@ -2,8 +2,8 @@
 
 `create_app(config, load)` builds the FastAPI app around whatever `load()` returns (a ServedModel);
 `run_server(config)` runs it under uvicorn with graceful shutdown. Its settings are
-`tandem.edge.settings.Settings` (shared with the gateway, tandem.gateway). Names are imported on
-first use, so `tandem --help` (which imports tandem.serve.options) stays fast.
+`tandem.edge.settings.Settings`, shared with the gateway (which this package never imports). Names
+are imported on first use, so `tandem --help` (which imports tandem.serve.options) stays fast.
 """
 
 from __future__ import annotations

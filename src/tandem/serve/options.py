@@ -2,7 +2,7 @@
 
 Every flag is also a setting in a config file (`--config FILE`, the flags' names) and a TANDEM_*
 environment variable; flags win over variables, which win over the file (tandem.edge.settings).
-The command itself is tandem.cli's `serve`, which adds the gateway's flags (tandem.gateway.options).
+The command itself is tandem.cli's `serve`, which adds the connection flags and the gateway's own.
 """
 
 from __future__ import annotations
