@@ -34,7 +34,7 @@ def external(lo: int = 1, hi: int = 2) -> dict:
             "0.01",
             "--served-model-name",
             "{served_model_name}",
-        ],  # fmt: skip
+        ],
         "env": {"API_KEY": "{api_key}"},  # it demands the fleet's bearer token, as vLLM with VLLM_API_KEY
         "metrics": {"adapter": "vllm"},
         "replicas": {"min": lo, "max": hi},
@@ -53,7 +53,7 @@ def beside_a_tandem_fallback(ext: dict, target: int, **more) -> dict:
             "interval_s": 0.5,
             "params": {"target": target, "scale_down_stabilization_s": 3},
             "limits": {"max_scale_down_rate": 10},
-        },  # fmt: skip
+        },
         "controller": {"drain_timeout_s": 60},
         **more,
     }

@@ -15,11 +15,11 @@ from collections.abc import Callable
 import httpx
 
 from tandem.cluster.fake import FakeBackend
+from tandem.deployment import parse_deployment
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.loads import poll_loads
 from tandem.gateway.proxy import REGION_HEADER
 from tandem.gateway.wiring import Gateway, build_gateway
-from tandem.schedule.deployment import parse_deployment
 
 from .harness import metric
 

@@ -15,15 +15,16 @@ import random
 
 import httpx
 import pytest
-from gate.helpers import agreeing, completion_chunk, profile, sse, usage_chunk
+from completion_events import completion_chunk, sse, usage_chunk
+from gate.helpers import agreeing, profile
 
 from tandem.cluster.fake import FakeBackend
-from tandem.contracts import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
+from tandem.deployment import DeploymentError, parse_deployment
+from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
 from tandem.gate.state import GateState
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.wiring import Gateway, build_gateway
 from tandem.schedule.breaker import BreakerMode
-from tandem.schedule.deployment import DeploymentError, parse_deployment
 
 from .harness import metric
 

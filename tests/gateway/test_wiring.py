@@ -40,8 +40,8 @@ def test_logs_go_to_one_folder_per_gateway_run_under_the_cache(monkeypatch, tmp_
 def test_the_deployment_chooses_the_backend_and_the_banner_says_where_replicas_run(monkeypatch, tmp_path):
     import tandem.cluster.ray as ray_package
     from tandem.cluster.local import LocalBackend
+    from tandem.deployment import parse_deployment
     from tandem.gateway.wiring import choose_backend
-    from tandem.schedule.deployment import parse_deployment
 
     local = parse_deployment({"variants": [{"name": "a"}], "policy": {"name": "hpa"}})
     backend, where = choose_backend(Settings(), local, tmp_path, environ={})

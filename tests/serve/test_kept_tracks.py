@@ -13,7 +13,7 @@ import json
 import httpx
 import pytest
 
-from tandem.contracts import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
+from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
 from tandem.serve.kept_tracks import KeptTracks, keep_key
 
 from .conftest import API_KEY, MODEL_NAME

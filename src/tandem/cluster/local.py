@@ -366,15 +366,6 @@ class LocalBackend:
         for replica in self.list():
             self.stop(replica.replica_id)
 
-    def kill_stragglers(self) -> None:
-        """SIGKILL every replica still shutting down (the gateway's own deadline has passed)."""
-        with self._lock:
-            stragglers = list(self._stopping.values())
-        for proc in stragglers:
-            if proc.handle.poll() is None:
-                logger.warning("replica %s still running at the gateway's exit; SIGKILL", proc.replica.replica_id)
-                proc.handle.kill()
-
     @property
     def stopping(self) -> list[str]:
         """Replicas sent SIGTERM whose processes have not exited yet."""

@@ -11,12 +11,11 @@ from pathlib import Path
 import click
 
 from tandem.cluster.backend import BackendError
+from tandem.deployment import DeploymentError, deployment_from_settings
 from tandem.edge.settings import Settings
-from tandem.gateway.deployment import deployment_from_settings
 from tandem.gateway.run import run_gateway
 from tandem.gateway.wiring import build_gateway, choose_backend, default_log_dir, new_fleet_secret
-from tandem.schedule.deployment import DeploymentError
-from tandem.schedule.profiles import ProfileError
+from tandem.schedule.profiles import ProfileError, cached_profile
 
 __all__ = ["serve_gateway"]
 
@@ -24,7 +23,7 @@ __all__ = ["serve_gateway"]
 def serve_gateway(settings: Settings) -> int:
     """Build the deployment and the gateway from `settings`, then serve. Returns the exit code."""
     try:
-        deployment = deployment_from_settings(settings)
+        deployment = deployment_from_settings(settings, profile=cached_profile)  # measures what the cache lacks
     except (DeploymentError, ProfileError) as exc:
         raise click.ClickException(str(exc)) from None
     log_dir = Path(settings.log_dir) if settings.log_dir else default_log_dir()

@@ -19,7 +19,7 @@ __all__ = ["gateway_options"]
 def _print_deployment_schema(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from tandem.schedule.deployment import deployment_schema
+    from tandem.deployment import deployment_schema
 
     click.echo(json.dumps(deployment_schema(), indent=2))
     ctx.exit(0)

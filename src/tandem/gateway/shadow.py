@@ -13,7 +13,7 @@ A deployment with a `gate:` block (or `tandem serve --shadow RECIPE`) gets one `
   Observation to the mirror once the client has it all, or cancels the mirror when the client left.
   A mirrored completion picked for accuracy scoring (one text prompt, no logprobs asked; a random
   `accuracy.score_fraction` of the pairs) also asks the incumbent's replica to keep its own
-  logprobs (`Tap.headers`, tandem.contracts.KEEP_TRACK_HEADER): the gate's scoring then costs
+  logprobs (`Tap.headers`, tandem.edge.keep_track.KEEP_TRACK_HEADER): the gate's scoring then costs
   that client-facing replica no second prefill (tandem.gate.scoring);
 - `tick(now)`, after each Controller.tick (in the control loop's thread): `Gate.evaluate`. On
   PASS with auto_promote the gate calls `Controller.use(candidate)` (the rollout: zero failed
@@ -43,14 +43,14 @@ import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from tandem.contracts import KEEP_TRACK_HEADER
+from tandem.edge.keep_track import KEEP_TRACK_HEADER
 from tandem.gate.config import GateConfig
 from tandem.gate.mirror import ShadowMirror, Ticket
-from tandem.gate.observation import ResponseRecorder
 from tandem.gate.pairs import PairLog
 from tandem.gate.scoring import COMPLETIONS, Kept, Scorer
 from tandem.gate.sides import Side
 from tandem.gate.state import Decision, Gate, GateState
+from tandem.measure.observation import ResponseRecorder
 from tandem.pricing import DEFAULT_PRICE
 from tandem.schedule import restarts
 from tandem.schedule.controller import Controller

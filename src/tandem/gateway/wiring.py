@@ -29,14 +29,13 @@ from prometheus_client import CollectorRegistry
 from tandem.cluster.backend import Backend, BackendError, ReplicaState
 from tandem.cluster.external import FLEET_SECRET_ENV
 from tandem.cluster.local import LocalBackend, PortRange, find_free_port, popen_spawner
+from tandem.deployment import Deployment, ProfileSource
 from tandem.edge.settings import Settings, settings_environment, settings_variables
-from tandem.gateway.deployment import ProfileSource
 from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.shadow import GatewayShadow
 from tandem.schedule.breaker import BreakerBoard
 from tandem.schedule.controller import Controller
-from tandem.schedule.deployment import Deployment
 from tandem.schedule.dispatch import Dispatcher
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.profiles import cache_dir, cached_profile

@@ -6,9 +6,9 @@ import dataclasses
 import json
 
 import pytest
+from schedule.helpers import profile
 
-from tandem.schedule.breaker import BreakerConfig
-from tandem.schedule.deployment import (
+from tandem.deployment import (
     BackendPlan,
     DeploymentError,
     apply_flags,
@@ -16,11 +16,10 @@ from tandem.schedule.deployment import (
     parse_bytes,
     parse_deployment,
 )
+from tandem.schedule.breaker import BreakerConfig
 from tandem.schedule.policies import CapacityParams, HpaParams, KpaParams, ScaleContext, ScaleLimits
 from tandem.schedule.routers import PrefixAffinity
 from tandem.schedule.variant import replica_memory_bytes
-
-from .helpers import profile
 
 PROFILE = dataclasses.asdict(profile({1: 20.0, 8: 80.0}))
 
@@ -275,7 +274,7 @@ def test_bad_sizes_are_refused(size):
 
 
 def test_the_schema_describes_the_backend_and_the_resources():
-    from tandem.schedule.deployment import deployment_schema
+    from tandem.deployment import deployment_schema
 
     schema = deployment_schema()
     assert "backend" in schema["properties"] and "resources" in schema["$defs"]["_Variant"]["properties"]
