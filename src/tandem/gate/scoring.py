@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 
-from tandem.contracts import KEPT_TRACK_PATH
 from tandem.gate.agreement import (
     TokenAgreement,
     TrackMismatch,
@@ -34,12 +33,11 @@ from tandem.gate.agreement import (
     teacher_forced,
     teacher_forced_kept,
 )
+from tandem.gate.keep_track import COMPLETIONS, KEPT_TRACK_PATH
 from tandem.gate.logprobs import TokenTrack, parse_logprobs
 from tandem.gate.observation import Observation
 
 __all__ = ["Scorer", "Kept", "echo_body", "COMPLETIONS"]
-
-COMPLETIONS = "/v1/completions"
 
 
 class _EchoRejected(Exception):
