@@ -13,7 +13,7 @@ import json
 import httpx
 import pytest
 
-from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
+from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_HEADER, KEPT_TRACK_PATH
 from tandem.serve.kept_tracks import KeptTracks, keep_key
 
 from .conftest import API_KEY, MODEL_NAME
@@ -87,3 +87,16 @@ def test_the_store_is_bounded_and_hands_each_track_out_once():
     assert tracks.pop("k3") == {"text": "k3", "logprobs": {"tokens": ["k3"]}} and tracks.pop("k3") is None
     assert keep_key({KEEP_TRACK_HEADER: "abcdefgh"}) == "abcdefgh"
     assert keep_key({KEEP_TRACK_HEADER: "../etc/passwd"}) is None and keep_key({}) is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_answer_says_whether_its_track_is_kept(http, stream):
+    """The gateway never guesses (tandem.edge.keep_track): KEPT_TRACK_HEADER on what was kept, only there."""
+    kept = http.post("/v1/completions", json={**BODY, "stream": stream}, headers={KEEP_TRACK_HEADER: "said-" + "k" * 8})
+    assert kept.headers.get(KEPT_TRACK_HEADER) == "1"
+    assert http.get(f"{KEPT_TRACK_PATH}/said-{'k' * 8}").status_code == 200
+    unmarked = http.post("/v1/completions", json={**BODY, "stream": stream})
+    not_kept = http.post(
+        "/v1/completions", json={**BODY, "stream": stream, "n": 2}, headers={KEEP_TRACK_HEADER: "said-" + "n" * 8}
+    )
+    assert KEPT_TRACK_HEADER not in unmarked.headers and KEPT_TRACK_HEADER not in not_kept.headers

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from tandem.edge.keep_track import KEPT_TRACK_PATH
+from tandem.edge.keep_track import COMPLETIONS, KEPT_TRACK_PATH
 from tandem.gate.agreement import (
     TokenAgreement,
     TrackMismatch,
@@ -38,8 +38,6 @@ from tandem.measure.logprobs import TokenTrack, parse_logprobs
 from tandem.measure.observation import Observation
 
 __all__ = ["Scorer", "Kept", "echo_body", "COMPLETIONS"]
-
-COMPLETIONS = "/v1/completions"
 
 
 class _EchoRejected(Exception):

@@ -15,9 +15,9 @@
   client that leaves meanwhile is forgotten at once, and a draining gateway answers 503 at once.
 - A client that leaves while its request is at a replica: the upstream request is closed, so the
   replica aborts it and frees its KV slot.
-- Shadow traffic (tandem.gateway.shadow): a sampled request is also copied to the gate's candidate
-  at arrival; its `Tap` records the incumbent's answer as it is relayed, and the copy is cancelled
-  if the client leaves first. Nothing here waits for the copy.
+- What happens to each request is told to the gateway's observers as events (attempt, response,
+  chunk, done or cancelled: tandem.gateway.observers); shadow traffic is one of them. Nothing
+  here waits for an observer.
 Nothing here knows how a replica serves: it forwards bytes.
 """
 
@@ -40,8 +40,8 @@ from tandem.edge.errors import error_response as api_error_response
 from tandem.edge.streams import ClientDisconnected, until_disconnect
 from tandem.gateway.liveness import Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
+from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
 from tandem.gateway.relay import Relay, RelayResponse, failure_kind
-from tandem.gateway.shadow import NO_TAP, Tap
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
 from tandem.schedule.fallback import ErrorEvent, Fail, FailureKind, PassThrough, Retry, classify_status
@@ -129,22 +129,32 @@ async def proxy(gw: Gateway, request: Request, path: str) -> Response:
     """POST `path` (completions, chat) through a replica; a client that leaves first frees everything."""
     timing = _Timing(gw)
     body = await request.body()
-    tap = NO_TAP
-    if gw.shadow is not None and not gw.draining:
-        tap = gw.shadow.offer(path, parsed_body(request.scope), request.headers)
+    # A draining gateway answers 503 at once: nothing for an observer to see.
+    seen = (
+        NO_REQUEST_OBSERVER if gw.draining else gw.observer.request(path, parsed_body(request.scope), request.headers)
+    )
     try:
-        response = await until_disconnect(_serve(gw, request, path, body, timing, tap), request.receive)
+        response = await until_disconnect(_serve(gw, request, path, body, timing, seen), request.receive)
     except ClientDisconnected:
-        tap.cancel()
+        seen.cancelled()
         timing.finish(CLIENT_CLOSED)
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
-    if not isinstance(response, RelayResponse):  # a relay reports to the tap itself
+    if not isinstance(response, RelayResponse):  # a relay reports the stream's end itself
         timing.finish(response.status_code)
-        tap.settle(response.status_code, bytes(response.body), gw.clock())
+        _answered(seen, None, response.status_code, response.headers, bytes(response.body), gw.clock())
     return response
 
 
-async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: _Timing, tap: Tap) -> Response:
+def _answered(seen: RequestObserver, variant: str | None, status: int, headers: Any, content: bytes, at: float) -> None:
+    """A whole answer (not streamed) from `variant` (None: the gateway's own), told to the observers."""
+    seen.response(status, headers, at)
+    seen.chunk(content, at)
+    seen.done(variant, at)
+
+
+async def _serve(
+    gw: Gateway, request: Request, path: str, body: bytes, timing: _Timing, seen: RequestObserver
+) -> Response:
     if gw.draining:
         return error_response(503, "the gateway is shutting down and accepts no new requests", "shutting_down")
     payload = parsed_body(request.scope)  # checked and parsed at the edge, off the loop when large
@@ -167,17 +177,17 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
         target = attempts[-1]
         upstream: httpx.Response | None = None
         content = b""
-        tap.attempt(stream, gw.clock(), target.url)
-        sent = {**headers, **tap.headers()}
+        seen.attempt(target.url, stream, gw.clock())
+        sent = {**headers, **seen.headers()}
         try:
             if stream:
                 upstream, started = await _start_stream(gw, target, path, body, sent)
                 if isinstance(started, Started):  # the first chunk came: commit our own 200 now
                     timing.first_byte(target.variant)
-                    tap.status(upstream.status_code)
-                    tap.feed(started.first, gw.clock())
+                    seen.response(upstream.status_code, upstream.headers, gw.clock())
+                    seen.chunk(started.first, gw.clock())
                     relay = Relay(
-                        gw, upstream, started.first, started.chunks, attempts, prompt_tokens, timing.finish, tap
+                        gw, upstream, started.first, started.chunks, attempts, prompt_tokens, timing.finish, seen
                     )
                     return RelayResponse(relay, upstream.status_code, _headers(upstream))
                 content, kind = started
@@ -199,7 +209,7 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
         if kind is None:
             gw.dispatcher.succeeded(target, *_usage(content))
             timing.first_byte(target.variant)
-            tap.answered(target.variant, upstream.status_code, content, gw.clock())
+            _answered(seen, target.variant, upstream.status_code, upstream.headers, content, gw.clock())
             return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
         decision = gw.dispatcher.failed(attempts, kind, first_byte_sent=False)
         logger.info("attempt %d on %s failed (%s): %s", len(attempts), target.replica_id, kind, type(decision).__name__)
@@ -212,7 +222,7 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             return error_response(503, f"no replica of {decision.variant} could take the retry", "no_replica")
         timing.first_byte(target.variant)
         if isinstance(decision, PassThrough) and upstream is not None:
-            tap.answered(target.variant, upstream.status_code, content, gw.clock())
+            _answered(seen, target.variant, upstream.status_code, upstream.headers, content, gw.clock())
             return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
         message = decision.message if isinstance(decision, Fail | ErrorEvent) else "the request failed"
         return error_response(decision.status if isinstance(decision, Fail) else 503, message, "upstream_failed")

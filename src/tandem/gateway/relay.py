@@ -20,7 +20,7 @@ from fastapi.responses import StreamingResponse
 from tandem.edge.errors import error_body
 from tandem.edge.streams import SSE_DONE, sse
 from tandem.gateway.liveness import Unresponsive
-from tandem.gateway.shadow import NO_TAP, Tap
+from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
 from tandem.schedule.fallback import ErrorEvent, FailureKind
@@ -42,15 +42,16 @@ def failure_kind(exc: BaseException) -> FailureKind:
 
 class Relay:
     """`finish(status)` is called once the stream ended, however it ended (the request's metrics);
-    `tap` records the chunks for the gate's pair when the request is mirrored (the first chunk is fed
-    by whoever read it)."""
+    `seen` is told of every chunk relayed and of the stream's end (tandem.gateway.observers; the first
+    chunk is told by whoever read it)."""
 
     def __init__(
         self, gw: Gateway, upstream: httpx.Response, first: bytes, chunks: AsyncIterator[bytes],
-        attempts: list[Target], prompt_tokens: int, finish: Callable[[int], None], tap: Tap = NO_TAP,
+        attempts: list[Target], prompt_tokens: int, finish: Callable[[int], None],
+        seen: RequestObserver = NO_REQUEST_OBSERVER,
     ) -> None:  # fmt: skip
         self.gw, self.upstream, self.first, self.chunks = gw, upstream, first, chunks
-        self.attempts, self.prompt_tokens, self.finish, self.tap = attempts, prompt_tokens, finish, tap
+        self.attempts, self.prompt_tokens, self.finish, self.seen = attempts, prompt_tokens, finish, seen
         self.settled = False
 
     async def body(self) -> AsyncIterator[bytes]:
@@ -58,7 +59,7 @@ class Relay:
         events = self.first.count(b"data:")
         tail = self.first[-len(SSE_DONE) :]
         if tail == SSE_DONE:  # the whole answer came in one chunk
-            self.tap.finished(target.variant, gw.clock())
+            self.seen.done(target.variant, gw.clock())
         yield self.first
         try:
             while True:
@@ -68,9 +69,9 @@ class Relay:
                     break
                 events += chunk.count(b"data:")
                 tail = (tail + chunk)[-len(SSE_DONE) :]
-                self.tap.feed(chunk, gw.clock())
+                self.seen.chunk(chunk, gw.clock())
                 if tail == SSE_DONE:  # the client has it all once this is sent (it may hang up at once)
-                    self.tap.finished(target.variant, gw.clock())
+                    self.seen.done(target.variant, gw.clock())
                 yield chunk
             if tail != SSE_DONE:
                 raise StreamTruncated("the replica's stream ended without data: [DONE]")
@@ -79,7 +80,7 @@ class Relay:
             decision = gw.dispatcher.failed(self.attempts, failure_kind(exc), first_byte_sent=True)
             gw.requests.stream_errors.labels(target.variant).inc()
             logger.warning("stream from %s broke mid-way: %s", target.replica_id, exc)
-            self.tap.finished(target.variant, gw.clock(), error=f"the stream broke mid-way: {exc}")
+            self.seen.done(target.variant, gw.clock(), error=f"the stream broke mid-way: {exc}")
             if isinstance(decision, ErrorEvent):
                 message, code = decision.message, decision.code
             else:
@@ -88,13 +89,13 @@ class Relay:
             return
         self.settled = True
         gw.dispatcher.succeeded(target, self.prompt_tokens, max(events - 1, 0))  # minus the [DONE] event
-        self.tap.finished(target.variant, gw.clock())  # the client has it all
+        self.seen.done(target.variant, gw.clock())  # the client has it all
 
     async def close(self) -> None:
         if not self.settled:  # the client went away
             self.settled = True
             self.gw.dispatcher.abandoned(self.attempts[-1])
-            self.tap.cancel()
+            self.seen.cancelled()
         await self.upstream.aclose()
         self.finish(self.upstream.status_code)
 

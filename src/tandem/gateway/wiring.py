@@ -33,6 +33,7 @@ from tandem.deployment import Deployment, ProfileSource
 from tandem.edge.settings import Settings, settings_environment, settings_variables
 from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
+from tandem.gateway.observers import NO_OBSERVER, Observer, Observers
 from tandem.gateway.shadow import GatewayShadow
 from tandem.schedule.breaker import BreakerBoard
 from tandem.schedule.controller import Controller
@@ -100,6 +101,7 @@ class Gateway:
     fatal: str | None = None  # the primary can never start: the process exits non-zero with this
     pending: PendingUse | None = None
     shadow: GatewayShadow | None = None  # the validation gate's shadow traffic, when the deployment has a gate
+    observer: Observer = NO_OBSERVER  # told what happens to each request (tandem.gateway.observers): the shadow
     _changed: asyncio.Event | None = field(default=None, repr=False)
 
     def ready(self) -> bool:
@@ -198,6 +200,7 @@ def build_gateway(
         read_timeout_s=read_timeout_s, shutdown_timeout_s=shutdown_timeout_s,
         first_byte_timeout_s=first_byte_timeout_s, stream_idle_timeout_s=stream_idle_timeout_s,
         fleet_secret=fleet_secret, liveness=liveness, clock=clock, profile=profile, shadow=shadow,
+        observer=Observers([shadow]) if shadow is not None else NO_OBSERVER,
     )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from tandem.edge.bodies import ParsedBodyRoute
 from tandem.edge.errors import APIError, error_body
+from tandem.edge.keep_track import COMPLETIONS, KEPT_TRACK_HEADER, keeps_track
 from tandem.engine.async_engine import EngineStoppedError
 from tandem.engine.outputs import RequestOutput
 from tandem.serve import responses as R
@@ -199,8 +200,11 @@ def build_router(state: ServerState) -> APIRouter:
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         keep: Keep | None = None
         key = keep_key(request.headers)
-        if key is not None and len(plan.choices) == 1 and not plan.echo and body.logprobs is None:
-            plan = _computing_top1(plan)
+        said: dict[str, str] = {}  # tells the gateway this answer's track is kept (it never guesses)
+        if key is not None and keeps_track(
+            COMPLETIONS, prompt=body.prompt, n=body.n, logprobs=body.logprobs, echo=body.echo
+        ):
+            plan, said = _computing_top1(plan), {KEPT_TRACK_HEADER: "1"}
 
             def keep(text: str, entries: list, key: str = key) -> None:
                 state.kept.keep(key, text, R.completion_logprobs(entries, served.token_text))
@@ -208,7 +212,7 @@ def build_router(state: ServerState) -> APIRouter:
         gen, lease = start(plan, rid)
         if body.stream:
             events = _completion_events(gen, body, created, rid, keep)
-            return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL)
+            return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL, headers=said)
         try:
             results = await _collect(gen, lease, request)
         except ClientDisconnected:
@@ -227,7 +231,7 @@ def build_router(state: ServerState) -> APIRouter:
         if keep is not None:
             keep(results[0].text, results[0].logprobs)
         use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
-        return JSONResponse(R.completion_body(rid, created, served.name, choices, use))
+        return JSONResponse(R.completion_body(rid, created, served.name, choices, use), headers=said)
 
     @router.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
