@@ -202,7 +202,11 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             tap.answered(target.variant, upstream.status_code, content, gw.clock())
             return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
         decision = gw.dispatcher.failed(attempts, kind, first_byte_sent=False)
-        logger.info("attempt %d on %s failed (%s): %s", len(attempts), target.replica_id, kind, type(decision).__name__)
+        # A client's own 4xx is its business, not the operator's: a scan of 404s must not write a line each.
+        level = logging.DEBUG if kind is FailureKind.CLIENT_ERROR else logging.INFO
+        logger.log(
+            level, "attempt %d on %s failed (%s): %s", len(attempts), target.replica_id, kind, type(decision).__name__
+        )
         if isinstance(decision, Retry):
             gw.requests.retries.labels(target.variant).inc()
             nxt = gw.dispatcher.pick(replace(route, exclude=decision.exclude), variant=decision.variant)
@@ -277,8 +281,13 @@ async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:
     ready = [r for r in gw.backend.list() if r.state is ReplicaState.READY]
     ready.sort(key=lambda r: r.variant != gw.controller.primary)
     for replica in ready:
+        url = httpx.URL(replica.url + path)
+        if url.path != path:  # the client resolved something (a dot segment): not the route asked for
+            return error_response(
+                404, f"no such endpoint: {path[:120]!r} is not a path this gateway serves", "not_found"
+            )
         try:
-            upstream = await gw.client.request(request.method, replica.url + path, headers=headers, content=body)
+            upstream = await gw.client.request(request.method, url, headers=headers, content=body)
         except httpx.HTTPError:
             continue
         return Response(upstream.content, status_code=upstream.status_code, headers=_headers(upstream))
