@@ -270,3 +270,29 @@ def test_vllm_utility_routes_are_answered_by_a_primary_replica_behind_the_key():
     assert [path for _, path, _ in asked] == ["/tokenize", "/detokenize", "/version"]
     assert all(host.startswith("fast") for host, _, _ in asked)  # the primary's replica
     assert json.loads(asked[0][2]) == {"prompt": "hi"}  # the body reached it
+
+
+def test_5000_client_404s_write_no_line_each(caplog):
+    """A replica's 404 to a client (an unknown model) is the client's business: logged at debug, not info."""
+    import logging
+
+    raw = {"variants": [one()], "policy": HPA}
+    gw, _ = _gateway(raw, lambda r: httpx.Response(404, json={"error": {"message": "no such model"}}))
+
+    async def main() -> list[int]:
+        app = create_gateway_app(gw)
+        gw.client = httpx.AsyncClient(transport=gw.transport)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
+            statuses = [
+                (await client.post("/v1/completions", json={"model": f"m{i}", "prompt": "p"})).status_code
+                for i in range(5000)
+            ]
+        await gw.client.aclose()
+        return statuses
+
+    with caplog.at_level(logging.INFO, logger="tandem"):
+        statuses = asyncio.run(main())
+    assert statuses == [404] * 5000
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith("tandem")]
+    assert len(lines) < 10, [r.getMessage() for r in lines[:10]]
+    assert not gw.inflight.running

@@ -157,8 +157,8 @@ def create_gateway_app(
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        for variant in {*gw.controller.pools, *gw.dispatcher.breakers.states}:
-            gw.metrics.observe_breaker(variant, gw.dispatcher.breakers.mode(variant))  # open -> half-open by time
+        # Open -> half-open by time; a variant that left the deployment (retired, rolled over) loses its series.
+        gw.metrics.observe_breakers({v: gw.dispatcher.breakers.mode(v) for v in gw.controller.pools})
         gw.requests.observe_buffered(gw.controller.pools, gw.inflight.buffered)
         return metrics_response(gw.registry)
 
