@@ -199,7 +199,8 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             if late == 1:  # once elsewhere, in case it was the replica's queue; slow everywhere: not again
                 exclude = frozenset(a.replica_id for a in attempts)
                 nxt = gw.dispatcher.pick(replace(route, exclude=exclude), variant=target.variant)
-            logger.info("attempt %d: %s; %s", len(attempts), exc, "retried elsewhere" if nxt else "answered 504")
+            # A warning, rate-limited by the log's filter: clients choose how many of their requests are slow.
+            logger.warning("attempt %d: %s; %s", len(attempts), exc, "retried elsewhere" if nxt else "answered 504")
             if nxt is not None:
                 gw.requests.retries.labels(target.variant).inc()
                 attempts.append(nxt)
@@ -229,7 +230,8 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
         decision = gw.dispatcher.failed(attempts, kind, first_byte_sent=False)
         # A client's own 4xx is its business, not the operator's: a scan of 404s must not write a line each.
-        level = logging.DEBUG if kind is FailureKind.CLIENT_ERROR else logging.INFO
+        # A replica's failure is the operator's: a warning, which the log's filter rate-limits under a flood.
+        level = logging.DEBUG if kind is FailureKind.CLIENT_ERROR else logging.WARNING
         logger.log(
             level, "attempt %d on %s failed (%s): %s", len(attempts), target.replica_id, kind, type(decision).__name__
         )

@@ -84,7 +84,7 @@ class Relay:
             self.settled = True
             gw.dispatcher.abandoned(target)  # no failure of the variant: the breaker is not told
             gw.requests.stream_errors.labels(target.variant).inc()
-            logger.info("stream on %s cut: %s", target.replica_id, exc)
+            logger.warning("stream on %s cut: %s", target.replica_id, exc)  # rate-limited by the log's filter
             self.tap.finished(target.variant, gw.clock(), error=f"the stream paused too long: {exc}")
             message = (
                 f"the model sent nothing for {exc.seconds:g} s mid-stream (the gateway's stream_idle_timeout); "
