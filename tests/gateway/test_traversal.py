@@ -64,10 +64,13 @@ class Recording(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def raw_request(port: int, method: str, target: str, headers: bytes = b"", body: bytes = b"") -> tuple[int, bytes]:
+def raw_request(
+    port: int, method: str, target: str, headers: bytes = b"", body: bytes = b"", key: str | None = KEY
+) -> tuple[int, bytes]:
     """One request with `target` exactly as given (like curl --path-as-is); (status, body)."""
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
     head = (
-        f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {KEY}\r\n"
+        f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n"
     ).encode("latin-1")
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
@@ -107,6 +110,11 @@ def test_no_traversal_form_reaches_a_replica_from_any_route(gateway):
                     error = json.loads(body)["error"]
                     assert error["code"] in ("not_found", "invalid_api_key"), (method, form, body[:300])
                     assert b"replica_id" not in body and b"# HELP" not in body, (method, form)
+    # Without a key, an open route's prefix does not open a protected one: the path is judged first.
+    for form in ("/health/../v1/models", "/health/%2e%2e/admin/replicas", "/ready/..%2fv1%2fmodels", "//v1/models"):
+        status, body = raw_request(gw.port, "GET", form, key=None)
+        assert status == 404 and b"not canonical" in body, (form, status, body[:300])
+    assert raw_request(gw.port, "GET", "/v1/models", key=None)[0] == 401
     forwarded = {sent for sent in transport.sent if sent[1] not in ("/load", "/health")}
     assert forwarded == {("GET", "/v1/models")}, forwarded
     print(f"{tried} traversal requests: every one 401/404 at the gateway, none forwarded")
