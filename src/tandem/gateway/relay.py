@@ -3,10 +3,13 @@
 Once the gateway committed its own 200, a failure can no longer be retried: the stream ends with an
 error event and `data: [DONE]`, whatever went wrong (the connection broke, the replica paused
 longer than `stream_idle_timeout_s` and was declared unresponsive, or its stream ended without
-its own `data: [DONE]`). Exactly one of succeeded / failed / abandoned is reported per attempt,
-and the upstream is closed, however the stream ends: `RelayResponse` settles it even when the
-client left before the body was ever iterated (an async generator that never started runs no
-`finally`).
+its own `data: [DONE]`). A pause of this stream alone, on a replica that answers its health probe
+and serves its other streams, ends this stream only (`stream_idle_timeout`), and counts against
+neither the replica nor its variant's breaker (tandem.gateway.liveness).
+
+Exactly one of succeeded / failed / abandoned is reported per attempt, and the upstream is closed,
+however the stream ends: `RelayResponse` settles it even when the client left before the body was
+ever iterated (an async generator that never started runs no `finally`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from fastapi.responses import StreamingResponse
 
 from tandem.edge.errors import error_body
 from tandem.edge.streams import SSE_DONE, sse
-from tandem.gateway.liveness import Unresponsive
+from tandem.gateway.liveness import MID_STREAM, Probe, RequestTimeout, Unresponsive
 from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
@@ -48,10 +51,11 @@ class Relay:
     def __init__(
         self, gw: Gateway, upstream: httpx.Response, first: bytes, chunks: AsyncIterator[bytes],
         attempts: list[Target], prompt_tokens: int, finish: Callable[[int], None],
-        seen: RequestObserver = NO_REQUEST_OBSERVER,
+        seen: RequestObserver = NO_REQUEST_OBSERVER, probe: Probe | None = None,
     ) -> None:  # fmt: skip
         self.gw, self.upstream, self.first, self.chunks = gw, upstream, first, chunks
         self.attempts, self.prompt_tokens, self.finish, self.seen = attempts, prompt_tokens, finish, seen
+        self.probe = probe  # the replica's health check, asked when this stream pauses too long
         self.settled = False
 
     async def body(self) -> AsyncIterator[bytes]:
@@ -63,10 +67,11 @@ class Relay:
         yield self.first
         try:
             while True:
-                async with gw.liveness.deadline(target.replica_id, gw.stream_idle_timeout_s, "stream chunk"):
+                async with gw.liveness.deadline(target.replica_id, gw.stream_idle_timeout_s, MID_STREAM, self.probe):
                     chunk = await anext(self.chunks, None)
                 if chunk is None:
                     break
+                gw.liveness.progress(target.replica_id)
                 events += chunk.count(b"data:")
                 tail = (tail + chunk)[-len(SSE_DONE) :]
                 self.seen.chunk(chunk, gw.clock())
@@ -75,6 +80,18 @@ class Relay:
                 yield chunk
             if tail != SSE_DONE:
                 raise StreamTruncated("the replica's stream ended without data: [DONE]")
+        except RequestTimeout as exc:  # this stream alone paused too long; the replica serves its others
+            self.settled = True
+            gw.dispatcher.abandoned(target)  # no failure of the variant: the breaker is not told
+            gw.requests.stream_errors.labels(target.variant).inc()
+            logger.warning("stream on %s cut: %s", target.replica_id, exc)  # rate-limited by the log's filter
+            self.seen.done(target.variant, gw.clock(), error=f"the stream paused too long: {exc}")
+            message = (
+                f"the model sent nothing for {exc.seconds:g} s mid-stream (the gateway's stream_idle_timeout); "
+                "the stream is cut, the replica is fine"
+            )
+            yield sse(error_body(504, message, code="stream_idle_timeout")) + SSE_DONE
+            return
         except (httpx.HTTPError, Unresponsive, StreamTruncated) as exc:
             self.settled = True
             decision = gw.dispatcher.failed(self.attempts, failure_kind(exc), first_byte_sent=True)
