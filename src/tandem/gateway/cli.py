@@ -14,7 +14,13 @@ from tandem.cluster.backend import BackendError
 from tandem.edge.settings import Settings
 from tandem.gateway.deployment import deployment_from_settings
 from tandem.gateway.run import run_gateway
-from tandem.gateway.wiring import build_gateway, choose_backend, default_log_dir, new_fleet_secret
+from tandem.gateway.wiring import (
+    build_gateway,
+    choose_backend,
+    default_log_dir,
+    new_fleet_secret,
+    refuse_the_gateways_port,
+)
 from tandem.schedule.deployment import DeploymentError
 from tandem.schedule.profiles import ProfileError
 
@@ -24,8 +30,9 @@ __all__ = ["serve_gateway"]
 def serve_gateway(settings: Settings) -> int:
     """Build the deployment and the gateway from `settings`, then serve. Returns the exit code."""
     try:
+        refuse_the_gateways_port(settings)  # before any profile is measured or replica tried
         deployment = deployment_from_settings(settings)
-    except (DeploymentError, ProfileError) as exc:
+    except (BackendError, DeploymentError, ProfileError) as exc:
         raise click.ClickException(str(exc)) from None
     log_dir = Path(settings.log_dir) if settings.log_dir else default_log_dir()
     secret = new_fleet_secret()  # this fleet's alone; replicas get it in their environment
