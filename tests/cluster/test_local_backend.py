@@ -225,11 +225,13 @@ def test_a_start_that_fails_before_a_process_exists_is_a_backend_error_naming_th
     def no_port(taken):
         raise BackendError("no free port in 9000-9000 (0 held by replicas)")
 
-    for backend in (
-        LocalBackend(spawn=World().spawn, ports=no_port, probe=lambda url: False, clock=lambda: 0.0),
-        LocalBackend(spawn=lambda *a: (_ for _ in ()).throw(OSError(36, "File name too long")), ports=lambda t: 1),
-    ):
-        with pytest.raises(BackendError, match=r"cannot start replica fast-1: .*(no free port|File name too long)") as e:
+    def no_file(argv, env, replica_id):
+        raise OSError(36, "File name too long")
+
+    for backend in (LocalBackend(spawn=World().spawn, ports=no_port), LocalBackend(spawn=no_file, ports=lambda t: 1)):
+        with pytest.raises(
+            BackendError, match=r"cannot start replica fast-1: .*(no free port|File name too long)"
+        ) as e:
             backend.start(SPEC)
         assert e.value.replica_id == "fast-1" and backend.list() == []
 

@@ -19,7 +19,7 @@ def test_a_long_name_is_its_start_and_a_hash_of_all_of_it():
     assert name.endswith("-" + short_hash(long)) and len(short_hash(long)) == HASH_CHARS
     assert "--" not in name  # the cut's trailing separators are dropped before the hash
     assert bounded_name(long + "a", 64) != name  # same start, different text: different names
-    assert bounded_name(long, 64, source="the recipe") == name[: -HASH_CHARS] + short_hash("the recipe")
+    assert bounded_name(long, 64, source="the recipe") == name[:-HASH_CHARS] + short_hash("the recipe")
 
 
 def test_a_bound_leaves_room_for_the_hash():

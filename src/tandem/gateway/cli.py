@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from tandem.cluster.backend import BackendError
+from tandem.edge.redact import redact_secrets_in_logs
 from tandem.edge.settings import Settings
 from tandem.gateway.deployment import deployment_from_settings
 from tandem.gateway.run import run_gateway
@@ -36,6 +37,7 @@ def serve_gateway(settings: Settings) -> int:
         raise click.ClickException(str(exc)) from None
     log_dir = Path(settings.log_dir) if settings.log_dir else default_log_dir()
     secret = new_fleet_secret()  # this fleet's alone; replicas get it in their environment
+    redact_secrets_in_logs(secret)  # whatever a template or a replica's output makes of it (tandem.edge.redact)
     try:
         backend, where = choose_backend(settings, deployment, log_dir, fleet_secret=secret)
     except BackendError as exc:
