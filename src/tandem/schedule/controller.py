@@ -5,11 +5,10 @@ restarts.py; so does a start that fails before any process exists), probe replic
 that answers becomes ready; a ready one that stops answering is replaced), collect `ReplicaLoad`s,
 stop drained replicas that have gone idle, step a rollout if one is under way, then for every pool
 (a variant and its policy) build a ScaleContext, call the policy, and start or drain replicas to
-match. A replica is always drained before it is
-stopped, and stopped only once it has no request in flight (or its drain timed out), so a
-scale-down cuts no in-flight request. If the primary variant never had a ready replica and failed
-to start `start_attempts` times in a row, `fatal` says why (with the replica's own error): the
-gateway exits rather than crash-loop.
+match. A replica is always drained before it is stopped, and stopped only once it has no request
+in flight (or its drain timed out), so a scale-down cuts no in-flight request. If the primary
+variant never had a ready replica and failed to start `start_attempts` times in a row, `fatal`
+says why (with the replica's own error): the gateway exits rather than crash-loop.
 
 Everything it touches comes in as an argument: the Backend, the clock, the load-collection
 function, the demand and buffered-request sources, the metrics. Tests drive `tick()` with a fake
