@@ -9,9 +9,9 @@ import asyncio
 import httpx
 
 from tandem.cluster.fake import FakeBackend
+from tandem.deployment import parse_deployment
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.wiring import build_gateway
-from tandem.schedule.deployment import parse_deployment
 
 from .test_shadow import BODY, Replicas, gateway, serve
 

@@ -8,17 +8,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tandem.cluster.names import bounded_name
 from tandem.contracts import Profile
 from tandem.deployment.parse import DeploymentError
 
 __all__ = ["apply_flags", "variant_name"]
 
 
+VARIANT_NAME_CHARS = 64  # a name from a longer recipe ends in a hash of it (tandem.cluster.names)
+
+
 def variant_name(recipe: str | None) -> str:
-    """A variant's name from its recipe ("int8+ngram" -> "int8-ngram"); "default" for the default recipe."""
+    """A variant's name from its recipe ("int8+ngram" -> "int8-ngram"); "default" for the default recipe.
+
+    At most VARIANT_NAME_CHARS: a longer one (a draft model's path in it) is its start plus a short
+    hash of the recipe, so replica ids and log file names made from it stay short."""
     if recipe is None:
         return "default"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", recipe).strip("-") or "primary"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", recipe).strip("-") or "primary"
+    return bounded_name(name, VARIANT_NAME_CHARS, source=recipe)
 
 
 def apply_flags(

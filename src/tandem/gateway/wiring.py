@@ -52,6 +52,7 @@ __all__ = [
     "default_log_dir",
     "local_backend",
     "new_fleet_secret",
+    "refuse_the_gateways_port",
     "replica_environment",
 ]
 
@@ -235,6 +236,19 @@ def local_backend(
         # Longer than a replica's own drain (its --shutdown-timeout), so SIGKILL is the exception.
         kill_after_s=settings.shutdown_timeout + 10.0,
     )
+
+
+def refuse_the_gateways_port(settings: Settings) -> None:
+    """BackendError when the replicas' port range holds the gateway's own port: a replica could never
+    take it (the gateway holds it), and a range of that port alone would never start one at all."""
+    if settings.replica_ports is None or settings.port == 0:
+        return
+    low, high = settings.replica_ports
+    if low <= settings.port <= high:
+        raise BackendError(
+            f"--replica-ports {low}-{high} holds the gateway's own port {settings.port} (--port): give the "
+            "replicas a range without it"
+        )
 
 
 def choose_backend(
