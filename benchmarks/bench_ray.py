@@ -36,13 +36,14 @@ import uvicorn
 from load_test import free_port, run_clients, summarize
 
 from tandem.cluster.backend import Backend, ReplicaSpec
+from tandem.cluster.choice import replica_environment
 from tandem.cluster.local import LocalBackend, popen_spawner
 from tandem.cluster.ray import RayBackend
 from tandem.cluster.ray.runtime import RayPlacer
 from tandem.deployment import parse_deployment
 from tandem.edge.settings import settings_variables
 from tandem.gateway.app import create_gateway_app
-from tandem.gateway.wiring import build_gateway, replica_environment
+from tandem.gateway.wiring import build_gateway
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -111,7 +112,7 @@ class RunningGateway:
     def wait_ready(self, count: int, timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if sum(1 for r in self.gw.backend.list() if r.state == "ready") >= count:
+            if sum(1 for r in self.gw.fleet.backend.list() if r.state == "ready") >= count:
                 return
             time.sleep(0.2)
         raise SystemExit(f"the gateway's {count} replicas were not ready within {timeout_s} s")

@@ -228,7 +228,7 @@ def test_variants_pack_as_memory_allows_and_one_too_large_for_any_node_is_pendin
         text = gw.metrics()
         assert metric(text, "tandem:replicas_pending", variant="big", cause="too-large") == 1
         assert metric(text, "tandem:replicas_pending", variant=waiting.variant, cause="no-room") == 1
-        assert {r.replica_id for r in gw.gw.controller.snapshot().replicas if r.pending} == {
+        assert {r.replica_id for r in gw.gw.fleet.controller.snapshot().replicas if r.pending} == {
             big.replica_id,
             waiting.replica_id,
         }  # the controller's own view
@@ -288,7 +288,7 @@ def test_use_rolls_over_to_another_recipe_on_ray_under_load_with_no_failed_reque
         finally:
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
-        assert gw.gw.controller.primary == "bf16" and gw.errors() == 0
+        assert gw.gw.fleet.controller.primary == "bf16" and gw.errors() == 0
         (new,) = gw.backend.list()
         assert new.spec.memory_bytes == GiB and new.node  # the primary's resources came along, on a Ray node
         assert all(r.exit_code == 0 for r in gw.backend.exited if r.variant == "fast")
@@ -368,7 +368,7 @@ def test_a_node_removed_under_load_loses_no_request_and_the_fleet_recovers(ray_c
             lost_at = time.monotonic()
 
             def reported() -> bool:  # by the backend, from Ray's word that the actor's node died
-                return any(e.replica.replica_id == victim.replica_id for e in gw.gw.controller.recent_exits)
+                return any(e.replica.replica_id == victim.replica_id for e in gw.gw.fleet.controller.recent_exits)
 
             wait_for(reported, 90, "the lost replica to be reported")
             reported_s = time.monotonic() - lost_at
@@ -386,7 +386,7 @@ def test_a_node_removed_under_load_loses_no_request_and_the_fleet_recovers(ray_c
         # Only streams that had already sent data may end with an error event; nothing else fails.
         assert outcomes.failures == [], outcomes.failures
         assert all("replica_" in detail for detail in outcomes.broken_mid_stream), outcomes.broken_mid_stream
-        (ended,) = [e for e in gw.gw.controller.recent_exits if e.replica.replica_id == victim.replica_id]
+        (ended,) = [e for e in gw.gw.fleet.controller.recent_exits if e.replica.replica_id == victim.replica_id]
         assert not ended.expected and ended.code is None  # Ray's word, not a process exit: the node died
         assert ended.error.startswith("ActorDiedError: ") and "node" in ended.error, ended.error
         assert all(ray_cluster.name_of(r.node) != name for r in gw.backend.list())

@@ -93,7 +93,7 @@ class RunningGateway:
 
     @property
     def backend(self) -> Any:  # LocalBackend, or the backend given (tests reach into either)
-        return self.gw.backend
+        return self.gw.fleet.backend
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.log_dir.glob("*.log"))
@@ -109,7 +109,11 @@ class RunningGateway:
 
     def settled(self) -> None:
         """No request is left counted in flight (each attempt was reported exactly once)."""
-        wait_for(lambda: not self.gw.inflight.running, 10, f"in-flight counts to settle: {self.gw.inflight.running}")
+        wait_for(
+            lambda: not self.gw.fleet.inflight.running,
+            10,
+            f"in-flight counts to settle: {self.gw.fleet.inflight.running}",
+        )
 
     def metrics(self) -> str:
         return httpx.get(self.url + "/metrics", timeout=10).text

@@ -43,8 +43,8 @@ def gateway(policy=HPA, **kwargs) -> Gateway:
     backend = FakeBackend(clock=lambda: 0.0)
     gw = build_gateway(parse_deployment(raw), backend, transport=httpx.MockTransport(lambda r: httpx.Response(200)),
                        **kwargs)  # fmt: skip
-    gw.controller.tick()
-    gw.controller.tick()
+    gw.fleet.controller.tick()
+    gw.fleet.controller.tick()
     return gw
 
 
@@ -63,11 +63,11 @@ def call(gw: Gateway, method: str, path: str, body: dict | None = None, api_key:
 
 def test_replicas_shows_each_replica_its_load_and_its_variants_failures():
     gw = gateway()
-    gw.inflight.report(ReplicaLoad("fast-1", "local", "fast", running=3, waiting=1, kv_used=0.5, healthy=True))
-    gw.backend.crash(
+    gw.fleet.inflight.report(ReplicaLoad("fast-1", "local", "fast", running=3, waiting=1, kv_used=0.5, healthy=True))
+    gw.fleet.backend.crash(
         "fast-2", exit_code=1, output="INFO x\nERROR tandem.serve: cannot serve the model: out of memory\n"
     )
-    gw.controller.tick()
+    gw.fleet.controller.tick()
     view = call(gw, "GET", "/admin/replicas").json()
     assert view["primary"] == "fast" and view["fallback"] == "base"
     by_id = {r["id"]: r for r in view["replicas"]}
@@ -107,11 +107,11 @@ def test_use_a_recipe_starts_a_rollout_and_a_second_one_waits():
     assert busy.status_code == 409 and busy.json()["error"]["code"] == "rollout_in_progress"
     rollout = progress.json()["rollout"]
     assert (rollout["old"], rollout["new"], rollout["phase"], rollout["target"]) == ("fast", "bf16", "starting", 2)
-    new = gw.controller.pools["bf16"].variant
-    assert new.recipe == "bf16" and new.extra_args == gw.controller.pools["fast"].variant.extra_args
+    new = gw.fleet.controller.pools["bf16"].variant
+    assert new.recipe == "bf16" and new.extra_args == gw.fleet.controller.pools["fast"].variant.extra_args
     for _ in range(6):
-        gw.controller.tick()
-    assert gw.controller.rollout.phase is Phase.DONE and gw.controller.primary == "bf16"
+        gw.fleet.controller.tick()
+    assert gw.fleet.controller.rollout.phase is Phase.DONE and gw.fleet.controller.primary == "bf16"
     assert call(gw, "GET", "/admin/rollout").json()["rollout"]["phase"] == "done"
     back = call(gw, "POST", "/admin/use", {"variant": "fast"})  # roll back by name
     assert back.status_code == 202 and back.json()["rollout"]["new"] == "fast"
@@ -132,14 +132,14 @@ def test_under_the_capacity_policy_a_new_recipes_profile_is_measured_first():
             accepted = await client.post("/admin/use", json={"recipe": "bf16"})
             assert accepted.status_code == 202
             for _ in range(100):
-                if gw.controller.rollout is not None:
+                if gw.fleet.controller.rollout is not None:
                     break
                 await asyncio.sleep(0.01)
             return (await client.get("/admin/rollout")).json()
 
     view = asyncio.run(scenario())
     assert measured == ["bf16"] and view["preparing"] is None and view["rollout"]["new"] == "bf16"
-    assert gw.controller.pools["bf16"].variant.profile.recipe == "bf16"
+    assert gw.fleet.controller.pools["bf16"].variant.profile.recipe == "bf16"
 
 
 def test_the_admin_api_needs_the_api_key_when_one_is_set():
@@ -163,10 +163,10 @@ def test_a_new_recipe_keeps_the_primarys_model_settings_and_what_its_replicas_re
     from tandem.gateway.admin import UseRequest, variant_to_use
 
     gw = gateway()
-    snap = gw.controller.snapshot()
+    snap = gw.fleet.controller.snapshot()
     primary = replace(snap.pools["fast"].variant, accelerators=1.0, memory_bytes=3 << 30)
     snap = replace(snap, pools={**snap.pools, "fast": replace(snap.pools["fast"], variant=primary)})
-    chosen = variant_to_use(gw.variants, snap, UseRequest(recipe="bf16"))
+    chosen = variant_to_use(gw.fleet.variants, snap, UseRequest(recipe="bf16"))
     assert (chosen.name, chosen.recipe, chosen.profile) == ("bf16", "bf16", None)
     assert (chosen.memory_bytes, chosen.accelerators, chosen.threads) == (3 << 30, 1.0, primary.threads)
 
@@ -178,7 +178,7 @@ def test_replicas_show_their_node_and_why_one_is_not_placed():
     from tandem.gateway.admin import replicas_view
 
     gw = gateway()
-    snap = gw.controller.snapshot()
+    snap = gw.fleet.controller.snapshot()
     waiting = PendingPlacement("too-large", "no node is large enough: it needs memory 5.00 GiB")
     first, second, *rest = snap.replicas
     snap = replace(snap, replicas=(replace(first, node="abc"), replace(second, pending=waiting), *rest))

@@ -35,14 +35,14 @@ class Revived:
 
 def poll(replicas: list[Replica], handler) -> SimpleNamespace:
     gw = SimpleNamespace(
-        backend=SimpleNamespace(list=lambda: replicas), inflight=InFlight(clock=lambda: 0.0), liveness=Revived(),
-        load_timeout_s=1.0,
+        fleet=SimpleNamespace(backend=SimpleNamespace(list=lambda: replicas), inflight=InFlight(clock=lambda: 0.0)),
+        upstream=SimpleNamespace(liveness=Revived(), load_timeout_s=1.0, client=None),
     )  # fmt: skip
 
     async def run() -> int:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            gw.client = client
-            return await poll_loads(gw)
+            gw.upstream.client = client
+            return await poll_loads(gw.fleet, gw.upstream)
 
     gw.answered = asyncio.run(run())
     return gw
@@ -60,11 +60,11 @@ def test_metrics_become_a_report_and_no_metrics_leave_the_gateways_counts():
     vllm, plain = replica("gpu-1", "vllm", 1), replica("cpp-1", "none", 2)
     gw = poll([vllm, plain], handler)
     assert sorted(asked) == ["1/prom", "2/ping"] and gw.answered == 2
-    report = gw.inflight.reports["gpu-1"].load
+    report = gw.fleet.inflight.reports["gpu-1"].load
     assert (report.running, report.waiting, report.kv_used, report.source) == (7, 3, 0.4375, "vllm")
-    assert "cpp-1" not in gw.inflight.reports and sorted(gw.liveness.revived) == ["cpp-1", "gpu-1"]
-    gw.inflight.begin("cpp-1")
-    loads = gw.inflight.loads([vllm, plain])
+    assert "cpp-1" not in gw.fleet.inflight.reports and sorted(gw.upstream.liveness.revived) == ["cpp-1", "gpu-1"]
+    gw.fleet.inflight.begin("cpp-1")
+    loads = gw.fleet.inflight.loads([vllm, plain])
     assert (loads["cpp-1"].running, loads["cpp-1"].source) == (1, "gateway-inflight")
     assert loads["gpu-1"].source == "vllm"
 
@@ -76,7 +76,7 @@ def test_metrics_the_adapter_cannot_read_fall_back_to_asking_whether_it_answers(
         return httpx.Response(200)
 
     gw = poll([replica("gpu-1", "vllm", 1)], handler)
-    assert gw.answered == 1 and not gw.inflight.reports and gw.liveness.revived == ["gpu-1"]
+    assert gw.answered == 1 and not gw.fleet.inflight.reports and gw.upstream.liveness.revived == ["gpu-1"]
 
 
 def test_a_replica_that_does_not_answer_is_neither_reported_nor_revived():
@@ -84,4 +84,4 @@ def test_a_replica_that_does_not_answer_is_neither_reported_nor_revived():
         raise httpx.ConnectError("refused", request=request)
 
     gw = poll([replica("gpu-1", "vllm", 1), replica("cpp-1", "none", 2)], handler)
-    assert gw.answered == 0 and not gw.inflight.reports and gw.liveness.revived == []
+    assert gw.answered == 0 and not gw.fleet.inflight.reports and gw.upstream.liveness.revived == []

@@ -113,7 +113,9 @@ def test_a_killed_replica_loses_no_request_that_had_not_started_streaming(serve_
         try:
             wait_for(lambda: load.outcomes.ok >= 6, 60, "the load to get going")
             busy = wait_for(
-                lambda: next((rid for rid, n in gw.gw.inflight.running.items() if n >= 2), None), 30, "a busy replica"
+                lambda: next((rid for rid, n in gw.gw.fleet.inflight.running.items() if n >= 2), None),
+                30,
+                "a busy replica",
             )
             os.kill(gw.backend.pid(busy), signal.SIGKILL)
             served = load.outcomes.ok
@@ -161,7 +163,7 @@ def test_a_rollout_under_load_fails_no_request(serve_model_dir, tmp_path):
         finally:
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
-        assert gw.gw.controller.primary == "bf16" and gw.errors() == 0
+        assert gw.gw.fleet.controller.primary == "bf16" and gw.errors() == 0
         replicas = httpx.get(gw.url + "/admin/replicas", headers=auth, timeout=10).json()["replicas"]
         assert {(r["variant"], r["recipe"], r["state"]) for r in replicas} == {("bf16", "bf16", "ready")}
         gw.settled()

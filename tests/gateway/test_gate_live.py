@@ -68,7 +68,7 @@ def test_a_good_candidate_passes_and_is_promoted_with_no_failed_request(tmp_path
         try:
             view = decided(gw)
             assert view["state"] == "done", json.dumps(view, indent=1)[:4000]
-            wait_for(lambda: gw.gw.controller.primary == "cand", 120, "the rollout to the candidate")
+            wait_for(lambda: gw.gw.fleet.controller.primary == "cand", 120, "the rollout to the candidate")
             wait_for(lambda: not any(r.variant == "inc" for r in gw.backend.list()), 120, "the incumbent to drain")
             served = load.outcomes.ok
             wait_for(lambda: load.outcomes.ok >= served + 4, 60, "requests served by the promoted candidate")
@@ -112,7 +112,7 @@ def test_a_candidate_failing_every_request_fails_and_clients_see_no_error(tmp_pa
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
         assert view["state"] == "failed" and view["verdict"]["metrics"]["errors"]["verdict"] == "FAIL"
-        assert gw.errors() == 0 and gw.gw.controller.primary == "inc"
+        assert gw.errors() == 0 and gw.gw.fleet.controller.primary == "inc"
         assert gw.gw.dispatcher.breakers.mode("inc").value == "closed"
         wait_for(lambda: not any(r.variant == "cand" for r in gw.backend.list()), 60, "the candidate to retire")
         text = gw.metrics()
@@ -172,7 +172,7 @@ def test_disconnects_cancel_mirrors_a_full_queue_drops_and_too_few_samples_are_i
             outcomes = load.stop()
         assert outcomes.failures == [] and view["state"] == "inconclusive", view["decisions"]
         assert view["verdict"]["verdict"] == "INCONCLUSIVE"
-        assert gw.gw.controller.primary == "inc" and gw.gw.controller.rollout is None  # nothing switched
+        assert gw.gw.fleet.controller.primary == "inc" and gw.gw.fleet.controller.rollout is None  # nothing switched
         assert metric(gw.metrics(), "tandem:gate_decisions_total", candidate="cand", verdict="INCONCLUSIVE") == 1
         assert gw.errors() == 0
     finally:

@@ -157,12 +157,14 @@ def test_a_frozen_replica_loses_no_request_that_had_not_started_streaming(serve_
             w.start()
         wait_for(lambda: sum(o[3] for o in outcomes) >= 6, 60, "the load to get going")
         busy = wait_for(
-            lambda: next((rid for rid, n in gw.gw.inflight.running.items() if n >= 2), None), 30, "a busy replica"
+            lambda: next((rid for rid, n in gw.gw.fleet.inflight.running.items() if n >= 2), None), 30, "a busy replica"
         )
         frozen = gw.backend.pid(busy)
         os.kill(frozen, signal.SIGSTOP)
         frozen_at = time.monotonic()
-        wait_for(lambda: busy in gw.gw.liveness.unresponsive, 2 * deadline_s + 10, "the replica to be declared")
+        wait_for(
+            lambda: busy in gw.gw.upstream.liveness.unresponsive, 2 * deadline_s + 10, "the replica to be declared"
+        )
         served = sum(o[3] for o in outcomes)
         wait_for(lambda: sum(o[3] for o in outcomes) >= served + 12, 90, "requests after the freeze to succeed")
         stop.set()

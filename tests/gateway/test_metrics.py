@@ -33,12 +33,12 @@ def test_5000_distinct_methods_and_paths_leave_the_series_count_unchanged():
         "policy": {"name": "hpa"},
     }
     gw = build_gateway(parse_deployment(raw), FakeBackend(clock=lambda: 0.0), transport=httpx.MockTransport(replica))
-    gw.controller.tick()
-    gw.controller.tick()
+    gw.fleet.controller.tick()
+    gw.fleet.controller.tick()
 
     async def main() -> tuple[list[str], list[str], int]:
         app = create_gateway_app(gw)
-        gw.client = httpx.AsyncClient(transport=gw.transport)
+        gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
 
             async def others(i: int) -> None:  # an unknown method on a route, a path under one, a model, a region
@@ -56,8 +56,8 @@ def test_5000_distinct_methods_and_paths_leave_the_series_count_unchanged():
                 if i % 10 == 0:  # and 500 distinct model names and regions, unknown methods on a route
                     await others(i)
             after = series((await client.get("/metrics")).text)
-        await gw.client.aclose()
-        return before, after, len(gw.inflight.running)
+        await gw.upstream.client.aclose()
+        return before, after, len(gw.fleet.inflight.running)
 
     before, after, running = asyncio.run(main())
     assert sorted(after) == sorted(before), set(after) ^ set(before)
@@ -72,13 +72,13 @@ def test_a_retired_candidate_loses_its_gauges():
     asyncio.run(serve(gw, [BODY, BODY]))
     assert 'tandem:replicas{state="ready",variant="cand"} 1.0' in gw.last_metrics
     assert 'tandem:breaker_state{variant="cand"}' in gw.last_metrics
-    gw.controller.retire("cand")
-    for replica in gw.backend.list():
+    gw.fleet.controller.retire("cand")
+    for replica in gw.fleet.backend.list():
         if replica.variant == "cand":
-            gw.backend.stop(replica.replica_id)
+            gw.fleet.backend.stop(replica.replica_id)
     for _ in range(3):
-        gw.controller.tick()
-    assert not any(r.variant == "cand" for r in gw.backend.list())
+        gw.fleet.controller.tick()
+    assert not any(r.variant == "cand" for r in gw.fleet.backend.list())
     asyncio.run(serve(gw, [BODY]))
     gauges = (
         "tandem:replicas{",

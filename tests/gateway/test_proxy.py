@@ -36,18 +36,18 @@ def _gateway(raw: dict, handler: Callable[[httpx.Request], httpx.Response], **kw
 
     backend = FakeBackend(clock=lambda: 0.0)
     gw = build_gateway(parse_deployment(raw), backend, transport=httpx.MockTransport(record), **kw)
-    gw.controller.tick()  # start the replicas
-    gw.controller.tick()  # they answer their probes: ready
+    gw.fleet.controller.tick()  # start the replicas
+    gw.fleet.controller.tick()  # they answer their probes: ready
     return gw, seen
 
 
 async def _call(gw: Gateway, body: dict, headers: dict | None = None) -> httpx.Response:
     app = create_gateway_app(gw)
-    gw.client = httpx.AsyncClient(transport=gw.transport)
+    gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
         response = await client.post("/v1/completions", json=body, headers=headers or {})
         await response.aread()
-    await gw.client.aclose()
+    await gw.upstream.client.aclose()
     return response
 
 
@@ -65,12 +65,12 @@ HPA = {"name": "hpa"}
 def test_the_region_header_picks_the_replica_in_that_region():
     raw = {"variants": [one(lo=2)], "regions": ["eu", "us"], "policy": HPA, "router": {"name": "region-aware"}}
     gw, seen = _gateway(raw, lambda r: httpx.Response(200, json=OK))
-    where = {r.replica_id: r.region for r in gw.backend.list()}
+    where = {r.replica_id: r.region for r in gw.fleet.backend.list()}
     assert sorted(where.values()) == ["eu", "us"]
     for region in ("us", "eu", "us"):
         assert call(gw, headers={REGION_HEADER: region}).status_code == 200
         assert where[seen[-1]] == region
-    assert not gw.inflight.running
+    assert not gw.fleet.inflight.running
 
 
 def test_a_server_error_is_rerun_on_the_fallback_and_counted():
@@ -95,7 +95,7 @@ def test_an_unreachable_replica_is_skipped_for_another_of_the_same_variant():
 
     gw, seen = _gateway({"variants": [one(lo=2)], "policy": HPA}, handler)
     assert call(gw).status_code == 200 and seen == ["fast-1", "fast-2"]
-    assert not gw.inflight.reachable("fast-1")
+    assert not gw.fleet.inflight.reachable("fast-1")
     assert call(gw).status_code == 200 and seen[-1] == "fast-2"  # skipped for a while
 
 
@@ -111,7 +111,7 @@ def test_client_errors_pass_through_and_exhausted_retries_are_a_503():
     assert response.status_code == 503 and response.json()["error"]["code"] == "upstream_failed"
     assert response.json()["error"]["type"] == "server_error"
     assert seen == ["fast-1", "base-3"]  # the fallback failed too, with no other replica of its own: a 503
-    assert not gw.inflight.running
+    assert not gw.fleet.inflight.running
     text = asyncio.run(_metrics(gw))
     assert metric(text, "tandem:gateway_requests_total", variant="base", code="503") == 1
     assert metric(text, "tandem:gateway_retries_total", variant="fast") == 1
@@ -128,12 +128,12 @@ def test_a_request_waits_for_a_replica_then_gets_a_503():
     async def scenario() -> httpx.Response:
         task = asyncio.create_task(_call(gw, {"prompt": "p"}))
         await asyncio.sleep(0.1)
-        buffered.append(gw.controller.buffered("fast"))  # what the policy sees
+        buffered.append(gw.fleet.controller.buffered("fast"))  # what the policy sees
         return await task
 
     response = asyncio.run(scenario())
     assert response.status_code == 503 and response.json()["error"]["code"] == "no_replica"
-    assert buffered == [1] and gw.controller.buffered("fast") == 0
+    assert buffered == [1] and gw.fleet.controller.buffered("fast") == 0
 
 
 def test_a_drain_answers_waiting_requests_at_once():
@@ -145,7 +145,7 @@ def test_a_drain_answers_waiting_requests_at_once():
 
     async def scenario() -> tuple[httpx.Response, httpx.Response]:
         task = asyncio.create_task(_call(gw, {"prompt": "p"}))
-        while not gw.inflight.buffered:
+        while not gw.fleet.inflight.buffered:
             await asyncio.sleep(0.01)
         gw.begin_drain()  # SIGTERM
         waiting = await asyncio.wait_for(task, 5.0)
@@ -154,7 +154,7 @@ def test_a_drain_answers_waiting_requests_at_once():
     waiting, late = asyncio.run(scenario())
     for response in (waiting, late):
         assert response.status_code == 503 and response.json()["error"]["code"] == "shutting_down"
-    assert not gw.inflight.buffered
+    assert not gw.fleet.inflight.buffered
 
 
 def test_reported_loads_steer_requests_away_from_a_saturated_replica():
@@ -172,9 +172,9 @@ def test_reported_loads_steer_requests_away_from_a_saturated_replica():
     gw, seen = _gateway({"variants": [one(lo=2)], "policy": HPA}, handler)
 
     async def poll_then_call() -> list[int]:
-        gw.client = httpx.AsyncClient(transport=gw.transport)
-        assert await poll_loads(gw) == 2
-        await gw.client.aclose()
+        gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport)
+        assert await poll_loads(gw.fleet, gw.upstream) == 2
+        await gw.upstream.client.aclose()
         return [(await _call(gw, {"model": "m", "prompt": "p"})).status_code for _ in range(4)]
 
     assert asyncio.run(poll_then_call()) == [200] * 4
@@ -193,13 +193,13 @@ def test_a_load_report_naming_another_replica_is_ignored():
     gw, _ = _gateway({"variants": [one()], "policy": HPA}, handler)
 
     async def poll() -> int:
-        gw.client = httpx.AsyncClient(transport=gw.transport)
+        gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport)
         try:
-            return await poll_loads(gw)
+            return await poll_loads(gw.fleet, gw.upstream)
         finally:
-            await gw.client.aclose()
+            await gw.upstream.client.aclose()
 
-    assert asyncio.run(poll()) == 0 and gw.inflight.reports == {}
+    assert asyncio.run(poll()) == 0 and gw.fleet.inflight.reports == {}
 
 
 class _BrokenStream(httpx.AsyncByteStream):
@@ -222,7 +222,7 @@ def test_a_stream_that_breaks_before_its_first_byte_is_rerun_after_it_ends_with_
     gw, seen = _gateway({"variants": [one(lo=2)], "policy": HPA}, handler)
     response = call(gw, body)
     assert response.status_code == 200 and response.content == SSE and seen == ["fast-1", "fast-2"]
-    assert not gw.inflight.running
+    assert not gw.fleet.inflight.running
 
     gw, seen = _gateway(
         {"variants": [one()], "policy": HPA}, lambda r: httpx.Response(200, stream=_BrokenStream(SSE[:40]))
@@ -232,7 +232,7 @@ def test_a_stream_that_breaks_before_its_first_byte_is_rerun_after_it_ends_with_
     assert response.text.endswith("data: [DONE]\n\n")
     event = json.loads(response.text.rsplit("data: ", 2)[1])
     assert event["error"]["code"] == "replica_unreachable" and event["error"]["type"] == "server_error"
-    assert len(seen) == 1 and not gw.inflight.running
+    assert len(seen) == 1 and not gw.fleet.inflight.running
     assert metric(asyncio.run(_metrics(gw)), "tandem:gateway_stream_errors_total", variant="fast") == 1
 
 
@@ -252,7 +252,7 @@ def test_vllm_utility_routes_are_answered_by_a_primary_replica_behind_the_key():
 
     async def main() -> list[httpx.Response]:
         app = create_gateway_app(gw, api_key="k")
-        gw.client = httpx.AsyncClient(transport=gw.transport)
+        gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
             key = {"Authorization": "Bearer k"}
             out = [
@@ -261,7 +261,7 @@ def test_vllm_utility_routes_are_answered_by_a_primary_replica_behind_the_key():
                 await client.get("/version"),
                 await client.post("/tokenize", json={"prompt": "hi"}),
             ]
-        await gw.client.aclose()
+        await gw.upstream.client.aclose()
         return out
 
     tokenized, detokenized, version, unauthorized = asyncio.run(main())
@@ -281,13 +281,13 @@ def test_5000_client_404s_write_no_line_each(caplog):
 
     async def main() -> list[int]:
         app = create_gateway_app(gw)
-        gw.client = httpx.AsyncClient(transport=gw.transport)
+        gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
             statuses = [
                 (await client.post("/v1/completions", json={"model": f"m{i}", "prompt": "p"})).status_code
                 for i in range(5000)
             ]
-        await gw.client.aclose()
+        await gw.upstream.client.aclose()
         return statuses
 
     with caplog.at_level(logging.INFO, logger="tandem"):
@@ -296,7 +296,7 @@ def test_5000_client_404s_write_no_line_each(caplog):
     lines = [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith("tandem")]
     assert len(lines) < 10, [r.getMessage() for r in lines[:10]]
     print(f"5,000 client 404s through the gateway: {len(lines)} log lines at info or above")
-    assert not gw.inflight.running
+    assert not gw.fleet.inflight.running
 
 
 class _LateStream(httpx.AsyncByteStream):
@@ -326,7 +326,7 @@ def test_a_late_first_byte_on_healthy_replicas_is_retried_once_then_answered_504
     error = response.json()["error"]
     assert error["code"] == "first_byte_timeout" and "any of 2 replicas" in error["message"]
     assert seen_paths.count("/v1/completions") == 2 and seen_paths.count("/health") == 2  # one retry, not two
-    assert gw.liveness.unresponsive == {} and not gw.inflight.running
+    assert gw.upstream.liveness.unresponsive == {} and not gw.fleet.inflight.running
     text = asyncio.run(_metrics(gw))
     assert metric(text, "tandem:breaker_state", variant="fast") == 0
     assert metric(text, "tandem:gateway_retries_total", variant="fast") == 1
@@ -348,5 +348,5 @@ def test_a_late_first_byte_on_healthy_replicas_is_retried_once_then_answered_504
     assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
     event = json.loads(response.text.rsplit("data: ", 2)[1])
     assert event["error"]["code"] == "stream_idle_timeout"
-    assert gw.liveness.unresponsive == {} and not gw.inflight.running
+    assert gw.upstream.liveness.unresponsive == {} and not gw.fleet.inflight.running
     assert metric(asyncio.run(_metrics(gw)), "tandem:breaker_state", variant="fast") == 0

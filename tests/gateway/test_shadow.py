@@ -86,17 +86,17 @@ def gateway(replicas: Replicas, **gate) -> Gateway:
         parse_deployment(deployment(**gate)), backend, transport=httpx.MockTransport(replicas),
         rng=random.Random(0), fleet_secret="fleet",
     )  # fmt: skip
-    gw.controller.tick()  # start the replicas
-    gw.controller.tick()  # ready
+    gw.fleet.controller.tick()  # start the replicas
+    gw.fleet.controller.tick()  # ready
     return gw
 
 
 async def serve(gw: Gateway, requests: list[dict], settle=None) -> list[httpx.Response]:
     """Send `requests` through the app; `settle` (async) runs before the mirror is closed."""
     app = create_gateway_app(gw)
-    gw.client = httpx.AsyncClient(transport=gw.transport, headers={"Authorization": "Bearer fleet"})
+    gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport, headers={"Authorization": "Bearer fleet"})
     assert gw.shadow is not None
-    gw.shadow.start(gw.client)
+    gw.shadow.start(gw.upstream.client)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
         headers = {"Authorization": "Bearer client-key", "x-request-id": "req"}
         responses = [await client.post("/v1/completions", json=body, headers=headers) for body in requests]
@@ -105,7 +105,7 @@ async def serve(gw: Gateway, requests: list[dict], settle=None) -> list[httpx.Re
         metrics = await client.get("/metrics")
         view = await client.get("/admin/gate")
     await gw.shadow.aclose()
-    await gw.client.aclose()
+    await gw.upstream.client.aclose()
     gw.last_metrics, gw.last_view = metrics.text, view.json()  # type: ignore[attr-defined]
     return responses
 
@@ -219,18 +219,18 @@ def test_a_failing_candidate_never_reaches_the_client_nor_the_incumbents_breaker
     decision = gw.shadow.tick(0.0)  # the control loop's tick
     assert decision is not None and gw.shadow.gate.state is GateState.FAILED
     assert "errors" in decision.reason
-    assert all(r.state == "draining" for r in gw.backend.list() if r.variant == "cand")  # retired
-    assert "cand" not in gw.controller.pools and gw.controller.primary == "inc"
+    assert all(r.state == "draining" for r in gw.fleet.backend.list() if r.variant == "cand")  # retired
+    assert "cand" not in gw.fleet.controller.pools and gw.fleet.controller.primary == "inc"
 
 
 def test_nothing_is_mirrored_while_no_candidate_replica_is_ready_or_after_the_gate_decided():
     replicas = Replicas()
     gw = gateway(replicas, min_samples={"errors": 1, "latency": 2, "accuracy": 1})
-    gw.backend.stop(next(r.replica_id for r in gw.backend.list() if r.variant == "cand"))
+    gw.fleet.backend.stop(next(r.replica_id for r in gw.fleet.backend.list() if r.variant == "cand"))
     asyncio.run(serve(gw, [BODY]))
     assert replicas.to("cand") == []
-    gw.controller.tick()  # a new candidate replica
-    gw.controller.tick()
+    gw.fleet.controller.tick()  # a new candidate replica
+    gw.fleet.controller.tick()
     gw.shadow.gate.abandon(0.0, "an operator said so")
     asyncio.run(serve(gw, [BODY]))
     assert replicas.to("cand") == []
@@ -242,8 +242,8 @@ def gated(auto_promote: bool = True, profiles: bool = True) -> Gateway:
         for v in raw["variants"]:
             v["profile"] = json.loads(profile("same").to_json())
     gw = build_gateway(parse_deployment(raw), FakeBackend(clock=lambda: 0.0), transport=httpx.MockTransport(Replicas()))
-    gw.controller.tick()
-    gw.controller.tick()
+    gw.fleet.controller.tick()
+    gw.fleet.controller.tick()
     for i in range(3):  # identical latencies and tokens
         gw.shadow.pairs.add(agreeing(i, positions=10, agree=10))
     return gw
@@ -253,14 +253,14 @@ def test_without_profiles_the_gate_cannot_judge_cost_and_keeps_shadowing():
     gw = gated(profiles=False)
     assert gw.shadow.tick(0.0) is None and gw.shadow.gate.state is GateState.SHADOWING
     assert gw.shadow.gate.verdict.metrics["cost"].verdict == "INCONCLUSIVE"
-    assert gw.controller.rollout is None
+    assert gw.fleet.controller.rollout is None
 
 
 def test_a_pass_promotes_the_candidate_through_a_rollout():
     gw = gated()
     decision = gw.shadow.tick(0.0)
     assert decision is not None and gw.shadow.gate.state is GateState.DONE, gw.shadow.view()
-    assert gw.controller.rollout is not None and gw.controller.rollout.new == "cand"
+    assert gw.fleet.controller.rollout is not None and gw.fleet.controller.rollout.new == "cand"
     assert metric_text(gw, "tandem:gate_decisions_total", candidate="cand", verdict="PASS") == 1
     assert metric_text(gw, "tandem:gate_state", candidate="cand") == 5
     view = gw.shadow.view()
@@ -272,7 +272,7 @@ def test_a_pass_promotes_the_candidate_through_a_rollout():
 def test_without_auto_promote_a_pass_waits_for_the_operator():
     gw = gated(auto_promote=False)
     assert gw.shadow.tick(0.0) is not None and gw.shadow.gate.state is GateState.PASSED
-    assert gw.controller.rollout is None and "cand" in gw.controller.pools  # kept, ready to promote
+    assert gw.fleet.controller.rollout is None and "cand" in gw.fleet.controller.pools  # kept, ready to promote
 
     async def main():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(create_gateway_app(gw)), base_url="http://g") as c:
@@ -281,7 +281,7 @@ def test_without_auto_promote_a_pass_waits_for_the_operator():
     first, again = asyncio.run(main())
     assert first.status_code == 202 and first.json()["to"] == "done"
     assert again.status_code == 409 and again.json()["error"]["code"] == "gate_not_passed"
-    assert gw.controller.rollout is not None and gw.controller.rollout.new == "cand"
+    assert gw.fleet.controller.rollout is not None and gw.fleet.controller.rollout.new == "cand"
 
 
 def metric_text(gw: Gateway, name: str, **labels: str) -> float:
@@ -323,13 +323,13 @@ def test_chat_requests_are_mirrored_too():
 
     async def main():
         app = create_gateway_app(gw)
-        gw.client = httpx.AsyncClient(transport=gw.transport)
-        gw.shadow.start(gw.client)
+        gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport)
+        gw.shadow.start(gw.upstream.client)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
             response = await client.post("/v1/chat/completions", json=chat)
             await gw.shadow.mirror.drain()
         await gw.shadow.aclose()
-        await gw.client.aclose()
+        await gw.upstream.client.aclose()
         return response
 
     assert asyncio.run(main()).status_code == 200

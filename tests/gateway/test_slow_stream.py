@@ -68,7 +68,7 @@ def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_
             assert first > 0.8 * total, (first, total)  # the whole answer was held back to its end
             _, _, quick, _ = stream(client, neighbour())
         assert quick is not None and quick < first / 3, (quick, first)  # a neighbour's first byte is much earlier
-        gw.gw.first_byte_timeout_s = first / 2
+        gw.gw.upstream.first_byte_timeout_s = first / 2
 
         results: dict[str, tuple] = {}
 
@@ -88,7 +88,7 @@ def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_
             n_status, n_text, _, n_seconds = results[f"n{i}"]
             assert n_status == 200 and n_text.endswith("data: [DONE]\n\n") and '"error"' not in n_text, n_text[-400:]
         assert any(results[f"n{i}"][3] > seconds for i in range(NEIGHBOURS))  # some still streamed at the timeout
-        assert gw.gw.liveness.unresponsive == {}
+        assert gw.gw.upstream.liveness.unresponsive == {}
         text = gw.metrics()
         assert metric(text, "tandem:breaker_state", variant="fast") == 0
         assert metric(text, "tandem:gateway_stream_errors_total", variant="fast") == 0

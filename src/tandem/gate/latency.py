@@ -17,7 +17,7 @@ m = log(1 + tolerance):
 - INCONCLUSIVE otherwise (too few pairs to tell).
 Fewer than `min_latency_samples` pairs is INCONCLUSIVE outright. The metric's verdict is the worst
 of its four statistics. Power and false-fail rate at the default settings: tests/gate/test_latency.py
-and the README's gate section.
+and the docs' gate page (docs/gate.md).
 """
 
 from __future__ import annotations

@@ -99,17 +99,17 @@ def _rollout(snap: Snapshot, now: float) -> dict[str, Any] | None:
 
 
 def rollout_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
-    pending = dataclasses.asdict(gw.pending) if gw.pending is not None else None
+    pending = dataclasses.asdict(gw.fleet.pending) if gw.fleet.pending is not None else None
     return {"primary": snap.primary, "preparing": pending, "rollout": _rollout(snap, gw.clock())}
 
 
 def replicas_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
     now = gw.clock()
-    estimates = gw.inflight.loads(snap.replicas)
+    estimates = gw.fleet.inflight.loads(snap.replicas)
     replicas = []
     for r in snap.replicas:
         history = snap.starts.get(r.variant)
-        report = gw.inflight.reports.get(r.replica_id)
+        report = gw.fleet.inflight.reports.get(r.replica_id)
         estimate = estimates[r.replica_id]
         replicas.append(
             {
@@ -166,15 +166,15 @@ def replicas_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
 async def _prepare_and_use(gw: Gateway, variant: Variant, request: UseRequest) -> None:
     """Measure the new variant's Profile (the capacity policy sizes by it), then start the rollout."""
     try:
-        profile = await asyncio.to_thread(gw.profile, variant.model, variant.recipe, variant.threads)
+        profile = await asyncio.to_thread(gw.fleet.profile, variant.model, variant.recipe, variant.threads)
         variant = dataclasses.replace(variant, profile=profile)
-        await asyncio.to_thread(gw.controller.use, variant, request.shift_step, request.timeout_s)
+        await asyncio.to_thread(gw.fleet.controller.use, variant, request.shift_step, request.timeout_s)
     except Exception as exc:  # reported on GET /admin/rollout; the incumbent keeps serving
         logger.error("cannot roll out %s: %s", variant.name, exc)
-        gw.pending = PendingUse(variant.name, variant.recipe, "failed", error=str(exc))
+        gw.fleet.pending = PendingUse(variant.name, variant.recipe, "failed", error=str(exc))
         return
-    gw.variants[variant.name] = variant
-    gw.pending = None
+    gw.fleet.variants[variant.name] = variant
+    gw.fleet.pending = None
 
 
 def build_admin_router(gw: Gateway) -> APIRouter:
@@ -184,12 +184,12 @@ def build_admin_router(gw: Gateway) -> APIRouter:
     @router.get("/replicas")
     async def replicas() -> dict:
         """Every replica (id, variant, recipe, region, state, address, last load, restarts, last error)."""
-        return replicas_view(gw, await asyncio.to_thread(gw.controller.snapshot))
+        return replicas_view(gw, await asyncio.to_thread(gw.fleet.controller.snapshot))
 
     @router.get("/rollout")
     async def rollout() -> dict:
         """The current (or last) rollout: phase, traffic weight, replicas ready; or what is being prepared."""
-        return rollout_view(gw, await asyncio.to_thread(gw.controller.snapshot))
+        return rollout_view(gw, await asyncio.to_thread(gw.fleet.controller.snapshot))
 
     @router.get("/gate")
     async def gate() -> dict:
@@ -212,27 +212,31 @@ def build_admin_router(gw: Gateway) -> APIRouter:
     @router.post("/use", status_code=202, response_model=None)
     async def use(request: UseRequest) -> JSONResponse:
         """Switch the primary traffic to a variant or a recipe: a rollout with zero failed requests."""
-        snap = await asyncio.to_thread(gw.controller.snapshot)
-        if (snap.rollout is not None and not snap.rollout.finished) or (gw.pending and gw.pending.error is None):
-            busy = snap.rollout.new if snap.rollout is not None and not snap.rollout.finished else gw.pending.variant
+        snap = await asyncio.to_thread(gw.fleet.controller.snapshot)
+        if (snap.rollout is not None and not snap.rollout.finished) or (
+            gw.fleet.pending and gw.fleet.pending.error is None
+        ):
+            busy = (
+                snap.rollout.new if snap.rollout is not None and not snap.rollout.finished else gw.fleet.pending.variant
+            )
             raise APIError(
                 409, f"a rollout to {busy!r} is under way; see GET /admin/rollout", code="rollout_in_progress"
             )
-        variant = variant_to_use(gw.variants, snap, request)
+        variant = variant_to_use(gw.fleet.variants, snap, request)
         if gw.deployment.policy_name == "capacity" and variant.profile is None:
-            gw.pending = PendingUse(variant.name, variant.recipe, "measuring its profile")
+            gw.fleet.pending = PendingUse(variant.name, variant.recipe, "measuring its profile")
             task = asyncio.create_task(_prepare_and_use(gw, variant, request))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         else:
             try:
-                await asyncio.to_thread(gw.controller.use, variant, request.shift_step, request.timeout_s)
+                await asyncio.to_thread(gw.fleet.controller.use, variant, request.shift_step, request.timeout_s)
             except (RuntimeError, ValueError) as exc:
                 raise APIError(409, str(exc), code="rollout_refused") from None
-            gw.variants[variant.name] = variant
-            gw.pending = None
+            gw.fleet.variants[variant.name] = variant
+            gw.fleet.pending = None
         logger.info("operator: use %s (%s)", variant.name, variant.recipe or "the default recipe")
-        view = rollout_view(gw, await asyncio.to_thread(gw.controller.snapshot))
+        view = rollout_view(gw, await asyncio.to_thread(gw.fleet.controller.snapshot))
         return JSONResponse(view, status_code=202)
 
     return router

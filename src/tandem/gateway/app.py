@@ -18,7 +18,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -56,7 +55,7 @@ REPLICA_EXIT_WAIT_S = 15.0  # at shutdown; replicas still running later leave on
 async def control_loop(gw: Gateway, stop: asyncio.Event, on_fatal: Callable[[str], None]) -> None:
     while not stop.is_set():
         try:
-            await asyncio.to_thread(gw.controller.tick)
+            await asyncio.to_thread(gw.fleet.controller.tick)
         except Exception:
             logger.exception("controller tick failed")
         if gw.shadow is not None:  # the gate judges on the same tick (its bootstrap runs off the loop)
@@ -65,11 +64,11 @@ async def control_loop(gw: Gateway, stop: asyncio.Event, on_fatal: Callable[[str
             except Exception:
                 logger.exception("the gate's tick failed")
         # Right after the tick, so a replica that just became ready is described by its own report at once.
-        await poll_loads(gw)
-        gw.notify()
-        if gw.controller.fatal is not None and gw.fatal is None:
-            gw.fatal = gw.controller.fatal
-            on_fatal(gw.fatal)
+        await poll_loads(gw.fleet, gw.upstream)
+        gw.fleet.notify()
+        if gw.fleet.controller.fatal is not None and gw.fleet.fatal is None:
+            gw.fleet.fatal = gw.fleet.controller.fatal
+            on_fatal(gw.fleet.fatal)
         try:
             await asyncio.wait_for(stop.wait(), gw.deployment.interval_s)
         except TimeoutError:
@@ -111,15 +110,9 @@ def create_gateway_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        gw.client = httpx.AsyncClient(
-            transport=gw.transport,
-            timeout=httpx.Timeout(connect=5.0, read=gw.read_timeout_s, write=30.0, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            # Every request to a replica carries the fleet's secret (the client's own key stays here).
-            headers={"Authorization": f"Bearer {gw.fleet_secret}"} if gw.fleet_secret else None,
-        )
+        client = gw.upstream.open()  # every request to a replica carries the fleet's secret
         if gw.shadow is not None:
-            gw.shadow.start(gw.client)
+            gw.shadow.start(client)
         stop = asyncio.Event()
         task = asyncio.create_task(control_loop(gw, stop, on_fatal or (lambda message: None)))
         try:
@@ -133,8 +126,8 @@ def create_gateway_app(
         await task
         if gw.shadow is not None:
             await gw.shadow.aclose()
-        await asyncio.to_thread(stop_replicas, gw.backend)
-        await gw.client.aclose()
+        await asyncio.to_thread(stop_replicas, gw.fleet.backend)
+        await gw.upstream.aclose()
 
     app = FastAPI(
         title="tandem gateway", summary="Routes, autoscales and falls back over tandem replicas", lifespan=lifespan
@@ -150,16 +143,18 @@ def create_gateway_app(
     @app.get("/ready", response_model=None)
     async def ready() -> Response:
         """200 once the primary variant has a ready replica; 503 while starting and while draining."""
-        if gw.ready() and not gw.draining:
-            return JSONResponse({"status": "ready", "primary": gw.controller.primary})
-        status = "draining" if gw.draining else ("failed" if gw.fatal else "starting")
-        return JSONResponse({"status": status, "primary": gw.controller.primary, "error": gw.fatal}, status_code=503)
+        if gw.fleet.ready() and not gw.draining:
+            return JSONResponse({"status": "ready", "primary": gw.fleet.controller.primary})
+        status = "draining" if gw.draining else ("failed" if gw.fleet.fatal else "starting")
+        return JSONResponse(
+            {"status": status, "primary": gw.fleet.controller.primary, "error": gw.fleet.fatal}, status_code=503
+        )
 
     @app.get("/metrics")
     async def metrics() -> Response:
         # Open -> half-open by time; a variant that left the deployment (retired, rolled over) loses its series.
-        gw.metrics.observe_breakers({v: gw.dispatcher.breakers.mode(v) for v in gw.controller.pools})
-        gw.requests.observe_buffered(gw.controller.pools, gw.inflight.buffered)
+        gw.fleet.metrics.observe_breakers({v: gw.dispatcher.breakers.mode(v) for v in gw.fleet.controller.pools})
+        gw.requests.observe_buffered(gw.fleet.controller.pools, gw.fleet.inflight.buffered)
         return metrics_response(gw.registry)
 
     @app.get("/v1/models", response_model=None)

@@ -11,17 +11,12 @@ from pathlib import Path
 import click
 
 from tandem.cluster.backend import BackendError
+from tandem.cluster.choice import choose_backend, refuse_the_gateways_port
 from tandem.deployment import DeploymentError, deployment_from_settings
 from tandem.edge.redact import redact_secrets_in_logs
 from tandem.edge.settings import Settings
 from tandem.gateway.run import run_gateway
-from tandem.gateway.wiring import (
-    build_gateway,
-    choose_backend,
-    default_log_dir,
-    new_fleet_secret,
-    refuse_the_gateways_port,
-)
+from tandem.gateway.wiring import build_gateway, default_log_dir, new_fleet_secret
 from tandem.schedule.profiles import ProfileError, cached_profile
 
 __all__ = ["serve_gateway"]
@@ -38,7 +33,9 @@ def serve_gateway(settings: Settings) -> int:
     secret = new_fleet_secret()  # this fleet's alone; replicas get it in their environment
     redact_secrets_in_logs(secret)  # whatever a template or a replica's output makes of it (tandem.edge.redact)
     try:
-        backend, where = choose_backend(settings, deployment, log_dir, fleet_secret=secret)
+        backend, where = choose_backend(
+            settings, deployment.backend.name, deployment.backend.address, log_dir, fleet_secret=secret
+        )
     except BackendError as exc:
         raise click.ClickException(str(exc)) from None
     gw = build_gateway(

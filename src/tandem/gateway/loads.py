@@ -23,6 +23,8 @@ import httpx
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.contracts import ReplicaLoad
+from tandem.gateway.fleet import Fleet
+from tandem.gateway.upstream import Upstream
 from tandem.schedule.engine_loads import load_from_metrics
 
 __all__ = ["parse_load", "poll_loads"]
@@ -93,18 +95,18 @@ async def _poll_one(client: httpx.AsyncClient, replica: Replica, timeout_s: floa
         return None
 
 
-async def poll_loads(gw: Any) -> int:
+async def poll_loads(fleet: Fleet, upstream: Upstream) -> int:
     """Poll every ready or draining replica at once; record the answers. Returns how many answered."""
-    live = gw.backend.list()
+    live = fleet.backend.list()
     replicas = [r for r in live if r.state in _POLLED]
-    gw.inflight.forget([r.replica_id for r in replicas])
-    gw.liveness.forget([r.replica_id for r in live])
-    if not replicas or gw.client is None:
+    fleet.inflight.forget([r.replica_id for r in replicas])
+    upstream.liveness.forget([r.replica_id for r in live])
+    if not replicas or upstream.client is None:
         return 0
-    loads = await asyncio.gather(*(_poll_one(gw.client, r, gw.load_timeout_s) for r in replicas))
+    loads = await asyncio.gather(*(_poll_one(upstream.client, r, upstream.load_timeout_s) for r in replicas))
     for replica, load in zip(replicas, loads, strict=True):
         if isinstance(load, ReplicaLoad):
-            gw.inflight.report(load)
+            fleet.inflight.report(load)
         if load:  # it answers: if a deadline had declared it unresponsive, no more
-            gw.liveness.revive(replica.replica_id)
+            upstream.liveness.revive(replica.replica_id)
     return sum(bool(load) for load in loads)

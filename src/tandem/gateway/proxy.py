@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -45,6 +44,7 @@ from tandem.gateway.liveness import Probe, RequestTimeout, Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
 from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
 from tandem.gateway.relay import Relay, RelayResponse, failure_kind
+from tandem.gateway.upstream import Started
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
 from tandem.schedule.fallback import ErrorEvent, Fail, FailureKind, PassThrough, Retry, classify_status
@@ -112,20 +112,20 @@ async def _acquire(gw: Gateway, route: RouteRequest) -> Target | None:
     target = gw.dispatcher.pick(route)
     if target is not None or gw.draining:
         return target
-    variant = gw.controller.primary
-    gw.inflight.buffered[variant] += 1
+    variant = gw.fleet.controller.primary
+    gw.fleet.inflight.buffered[variant] += 1
     try:
         deadline = gw.clock() + gw.buffer_timeout_s
         while not gw.draining and (left := deadline - gw.clock()) > 0:
-            await gw.wait_for_change(min(left, _WAKE_AT_LEAST_EVERY_S))
+            await gw.fleet.wait_for_change(min(left, _WAKE_AT_LEAST_EVERY_S))
             target = gw.dispatcher.pick(route)
             if target is not None:
                 return target
         return None
     finally:  # also when the client left (this task is cancelled)
-        gw.inflight.buffered[variant] -= 1
-        if gw.inflight.buffered[variant] <= 0:
-            del gw.inflight.buffered[variant]
+        gw.fleet.inflight.buffered[variant] -= 1
+        if gw.fleet.inflight.buffered[variant] <= 0:
+            del gw.fleet.inflight.buffered[variant]
 
 
 async def proxy(gw: Gateway, request: Request, path: str) -> Response:
@@ -186,7 +186,9 @@ async def _serve(
         probe = _health_probe(gw, target)
         try:
             if stream:
-                upstream, started = await _start_stream(gw, target, path, body, sent, probe)
+                upstream, started = await gw.upstream.start_stream(
+                    target.replica_id, target.url + path, body, sent, probe
+                )
                 if isinstance(started, Started):  # the first chunk came: commit our own 200 now
                     timing.first_byte(target.variant)
                     seen.response(upstream.status_code, upstream.headers, gw.clock())
@@ -198,9 +200,7 @@ async def _serve(
                     return RelayResponse(relay, upstream.status_code, _headers(upstream))
                 content, kind = started
             else:
-                upstream = await gw.liveness.answer(
-                    target.replica_id, _post(gw, target.url + path, body, sent), gw.first_byte_timeout_s, probe
-                )
+                upstream = await gw.upstream.answer(target.replica_id, target.url + path, body, sent, probe)
                 content, kind = upstream.content, classify_status(upstream.status_code)
         except RequestTimeout as exc:  # this request alone is late: never its neighbours', nor the breaker's business
             gw.dispatcher.abandoned(target)
@@ -260,70 +260,22 @@ async def _serve(
         return error_response(decision.status if isinstance(decision, Fail) else 503, message, "upstream_failed")
 
 
-async def _post(gw: Gateway, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
-    assert gw.client is not None
-    return await gw.client.post(url, content=body, headers=headers)  # read whole, then closed
-
-
-@dataclass(frozen=True)
-class Started:
-    first: bytes
-    chunks: AsyncIterator[bytes]  # the rest
-
-
-async def _start_stream(
-    gw: Gateway, target: Target, path: str, body: bytes, headers: dict[str, str], probe: Probe
-) -> tuple[httpx.Response, Started | tuple[bytes, FailureKind | None]]:
-    """Send a streaming request; within the first-byte deadline, read its first chunk (a 2xx) or its
-    whole answer (anything else). The upstream stays open for the relay in the first case."""
-    assert gw.client is not None
-    upstream = None
-    try:
-        async with gw.liveness.deadline(target.replica_id, gw.first_byte_timeout_s, "first byte", probe):
-            request = gw.client.build_request("POST", target.url + path, content=body, headers=headers)
-            upstream = await gw.client.send(request, stream=True)
-            kind = classify_status(upstream.status_code)
-            if kind is None:
-                chunks = upstream.aiter_bytes()
-                first = b""
-                while not first:  # the first bytes, before committing our own 200
-                    first = await chunks.__anext__()
-                gw.liveness.progress(target.replica_id)
-                return upstream, Started(first, chunks)
-            content = await upstream.aread()
-            await upstream.aclose()
-            return upstream, (content, kind)
-    except BaseException:
-        if upstream is not None:
-            await upstream.aclose()
-        raise
-
-
 def _health_probe(gw: Gateway, target: Target) -> Probe:
-    """Whether `target`'s replica answers its health check: asked when one of its requests is late."""
-    return lambda: _answers_health(gw, target.url, target.variant)
-
-
-async def _answers_health(gw: Gateway, url: str, variant: str) -> bool:
-    """Whether the replica at `url` answers GET /health (an external engine: its readiness path) within
-    health_timeout_s (a frozen one does not)."""
-    assert gw.client is not None
-    known = gw.variants.get(variant)
+    """Whether `target`'s replica answers its health check (an external engine: its readiness path):
+    asked when one of its requests is late."""
+    known = gw.fleet.variants.get(target.variant)
     path = known.engine.ready_path if known is not None and known.engine is not None else "/health"
-    try:
-        return (await gw.client.get(url + path, timeout=gw.health_timeout_s)).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return lambda: gw.upstream.answers_health(target.url + path)
 
 
 async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:
     """Routes any ready replica answers alike (GET /v1/models, /version; POST /tokenize, /detokenize):
     the primary's replicas first (an external engine may lack vLLM's utility routes), no routing."""
-    assert gw.client is not None
+    assert gw.upstream.client is not None
     headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
     body = await request.body() if request.method == "POST" else None
-    ready = [r for r in gw.backend.list() if r.state is ReplicaState.READY]
-    ready.sort(key=lambda r: r.variant != gw.controller.primary)
+    ready = [r for r in gw.fleet.backend.list() if r.state is ReplicaState.READY]
+    ready.sort(key=lambda r: r.variant != gw.fleet.controller.primary)
     for replica in ready:
         url = httpx.URL(replica.url + path)
         if url.path != path:  # the client resolved something (a dot segment): not the route asked for
@@ -331,7 +283,7 @@ async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:
                 404, f"no such endpoint: {path[:120]!r} is not a path this gateway serves", "not_found"
             )
         try:
-            upstream = await gw.client.request(request.method, url, headers=headers, content=body)
+            upstream = await gw.upstream.client.request(request.method, url, headers=headers, content=body)
         except httpx.HTTPError:
             continue
         return Response(upstream.content, status_code=upstream.status_code, headers=_headers(upstream))

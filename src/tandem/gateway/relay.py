@@ -67,11 +67,13 @@ class Relay:
         yield self.first
         try:
             while True:
-                async with gw.liveness.deadline(target.replica_id, gw.stream_idle_timeout_s, MID_STREAM, self.probe):
+                async with gw.upstream.liveness.deadline(
+                    target.replica_id, gw.upstream.stream_idle_timeout_s, MID_STREAM, self.probe
+                ):
                     chunk = await anext(self.chunks, None)
                 if chunk is None:
                     break
-                gw.liveness.progress(target.replica_id)
+                gw.upstream.liveness.progress(target.replica_id)
                 events += chunk.count(b"data:")
                 tail = (tail + chunk)[-len(SSE_DONE) :]
                 self.seen.chunk(chunk, gw.clock())

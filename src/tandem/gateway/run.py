@@ -106,5 +106,7 @@ def run_gateway(
     config = uvicorn_config(app, settings, shutdown_timeout_s=gw.shutdown_timeout_s, per_connection_fds=2)
     server = GatewayServer(config, gw)
     server.run()
-    stop_replicas(gw.backend, wait_s=5.0)  # after a second signal uvicorn skipped the app's shutdown; else a no-op
+    stop_replicas(
+        gw.fleet.backend, wait_s=5.0
+    )  # after a second signal uvicorn skipped the app's shutdown; else a no-op
     return server.exit_code
