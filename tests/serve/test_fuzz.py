@@ -2,7 +2,8 @@
 
 Runs in process (Starlette's TestClient around the real app and a real engine on the tiny model,
 context 48, so a valid request is cheap); every error must be an OpenAI-style body, every stream
-must end with [DONE] and carry no server error.
+must end with [DONE] and carry no server error, and every 200 must be the whole response its route
+promises for that request (the OpenAI client's types, one choice per n and prompt, usage that adds up).
 """
 
 from __future__ import annotations
