@@ -17,9 +17,19 @@ def test_generate_streams_prompt_and_completion(tiny_llama_dir):
 
 
 def test_generate_is_deterministic_with_a_seed(tiny_llama_dir):
-    args = ["generate", "--model", str(tiny_llama_dir), "--prompt", "x", "--temperature", "1", "--seed", "5"]
-    first, second = CliRunner().invoke(cli, args), CliRunner().invoke(cli, args)
-    assert first.exit_code == 0 and first.output == second.output
+    base = ["generate", "--model", str(tiny_llama_dir), "--prompt", "x", "--max-tokens", "12"]
+
+    def run(*extra: str) -> str:
+        result = CliRunner().invoke(cli, [*base, *extra])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    sampled = ["--temperature", "1"]
+    first, again = run(*sampled, "--seed", "5"), run(*sampled, "--seed", "5")
+    others = {run(*sampled, "--seed", str(seed)) for seed in (6, 7)}
+    assert first == again  # one seed repeats
+    assert first not in others and len(others) == 2  # it is the seed that fixes the draw: others differ
+    assert first != run("--temperature", "0")  # and it did sample (greedy would repeat without a seed)
 
 
 def test_missing_model_is_a_clear_error_not_a_traceback(tmp_path):
@@ -71,9 +81,31 @@ def test_generate_without_a_prompt_is_a_usage_error(tiny_llama_dir):
     assert result.exit_code == 2 and "no prompt" in result.output
 
 
-def test_generate_with_a_recipe_and_chat(tiny_llama_dir):
+def test_generate_with_a_recipe_runs_the_recipes_model(tiny_llama_dir, monkeypatch):
+    import tandem.engine
+    from tandem.model import load_model
+
+    engines = []
+
+    class RecordedEngine(tandem.engine.Engine):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            engines.append(self)
+
+    monkeypatch.setattr(tandem.engine, "Engine", RecordedEngine)
+    prompt = "a b c a b c a b c a b c"  # repeats: the n-gram speculator finds its suffix and proposes
+    args = ["generate", "--model", str(tiny_llama_dir), "--max-tokens", "16", "--recipe", "int8+ngram", prompt]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(prompt) and len(result.output) > len(prompt) + 1
+    (engine,) = engines
+    assert engine.recipe == "int8+ngram" and [name for name, _ in engine.optimized.applied] == ["int8", "ngram"]
+    assert engine.model.weight_bytes < 0.75 * load_model(tiny_llama_dir).weight_bytes  # int8 weights ran
+    assert engine.speculator is not None and engine.num_drafted_tokens > 0  # and drafts were verified
+
+
+def test_generate_with_chat(tiny_llama_dir):
     base = ["generate", "--model", str(tiny_llama_dir), "--max-tokens", "6", "def add"]
-    assert CliRunner().invoke(cli, [*base, "--recipe", "int8+ngram"]).exit_code == 0
     chat = CliRunner().invoke(cli, [*base, "--chat"])
     assert chat.exit_code == 0, chat.output
     assert not chat.output.startswith("def add")  # the reply only, not the templated prompt

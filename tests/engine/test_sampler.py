@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from scipy.stats import chisquare
 
 from tandem.engine.sampler import filtered_probs, new_generator, sample
 from tandem.engine.sampling_params import SamplingParams
@@ -26,14 +27,40 @@ def test_temperature_sharpens():
     assert cold[0] > 0.5 and torch.isclose(cold.sum(), torch.tensor(1.0))
 
 
-def test_sampling_frequencies_follow_the_distribution():
-    params = SamplingParams(temperature=1.0)
-    gen = new_generator(0)
-    counts = torch.zeros(5)
-    logits = LOGITS[None].repeat(2000, 1)
-    tokens, _ = sample(logits, [params] * 2000, [gen] * 2000)
-    counts += torch.bincount(torch.tensor(tokens), minlength=5)
-    assert torch.allclose(counts / 2000, torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05]), atol=0.04)
+ALPHA = 0.001  # the chi-square tests' significance level
+DRAWS = 20_000
+
+
+def _softmax(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The expected distribution, written out here (not the sampler's own filtered_probs)."""
+    weights = torch.exp(logits.double() / temperature)
+    return weights / weights.sum()
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 1.5])
+def test_sampling_frequencies_follow_the_tempered_distribution(temperature):
+    """A chi-square goodness-of-fit test at ALPHA over DRAWS seeded draws: the counts fit softmax(logits / T),
+    and the same counts reject a temperature 10% off either way (so the test can tell)."""
+    params = SamplingParams(temperature=temperature)
+    gen = new_generator(1234)
+    tokens, _ = sample(LOGITS[None].repeat(DRAWS, 1), [params] * DRAWS, [gen] * DRAWS)
+    counts = torch.bincount(torch.tensor(tokens), minlength=len(LOGITS)).double()
+
+    def p_value(t: float) -> float:
+        return chisquare(counts.numpy(), (_softmax(LOGITS, t) * DRAWS).numpy()).pvalue
+
+    assert p_value(temperature) > ALPHA, counts.tolist()
+    assert p_value(temperature * 1.1) < ALPHA and p_value(temperature / 1.1) < ALPHA, counts.tolist()
+
+
+def test_top_k_and_top_p_sampling_draws_only_the_kept_tokens_in_proportion():
+    params = SamplingParams(temperature=1.0, top_k=3, top_p=0.9)  # keeps 0.5, 0.2, 0.15, renormalized
+    gen = new_generator(99)
+    tokens, _ = sample(LOGITS[None].repeat(DRAWS, 1), [params] * DRAWS, [gen] * DRAWS)
+    counts = torch.bincount(torch.tensor(tokens), minlength=len(LOGITS)).double()
+    assert counts[3:].sum() == 0, counts.tolist()
+    expected = torch.tensor([0.5, 0.2, 0.15], dtype=torch.float64) / 0.85 * DRAWS
+    assert chisquare(counts[:3].numpy(), expected.numpy()).pvalue > ALPHA, counts.tolist()
 
 
 @pytest.mark.parametrize(

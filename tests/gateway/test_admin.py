@@ -142,6 +142,44 @@ def test_under_the_capacity_policy_a_new_recipes_profile_is_measured_first():
     assert gw.fleet.controller.pools["bf16"].variant.profile.recipe == "bf16"
 
 
+def test_a_second_use_while_the_first_ones_profile_is_measured_is_409_and_a_failed_one_frees_the_way():
+    import threading
+
+    release = threading.Event()
+
+    def profile(model, recipe, threads):
+        if recipe == "bf16":  # the first rollout's measurement takes a while
+            assert release.wait(60), "the test never released the measurement"
+            raise RuntimeError("the profile run ran out of memory")
+        return _profile(model, recipe, threads)
+
+    gw = gateway({"name": "capacity"}, profile=profile)
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response, dict, httpx.Response]:
+        app = create_gateway_app(gw)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
+            try:
+                first = await client.post("/admin/use", json={"recipe": "bf16"})
+                busy = await client.post("/admin/use", json={"recipe": "int8+ngram"})
+            finally:
+                release.set()
+            for _ in range(500):
+                view = (await client.get("/admin/rollout")).json()
+                if view["preparing"] is not None and view["preparing"].get("error"):
+                    break
+                await asyncio.sleep(0.01)
+            again = await client.post("/admin/use", json={"recipe": "int8+ngram"})
+            return first, busy, view, again
+
+    first, busy, view, again = asyncio.run(scenario())
+    assert first.status_code == 202 and first.json()["preparing"]["variant"] == "bf16"
+    assert busy.status_code == 409 and busy.json()["error"]["code"] == "rollout_in_progress"
+    assert "a rollout to 'bf16' is under way" in busy.json()["error"]["message"]
+    assert "out of memory" in view["preparing"]["error"] and view["rollout"] is None
+    assert gw.fleet.controller.primary == "fast"  # the incumbent kept the traffic
+    assert again.status_code == 202, again.text  # a failed preparation does not block the next one
+
+
 def test_the_admin_api_needs_the_api_key_when_one_is_set():
     gw = gateway()
     refused = call(gw, "GET", "/admin/replicas", api_key="s3cret")

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from flood import HealthWatch, flood_and_measure
 from server_process import ServerProcess
+from timing import within
 
 from .harness import MODEL_NAME, RunningGateway, metric, server_errors, total_retries, variant
 
@@ -149,14 +150,14 @@ def test_a_1gb_body_is_refused_with_flat_memory_and_no_stall(gateway):
         deep = b"[" * 1_000_000
         r = httpx.post(gateway.url + "/v1/completions", content=deep, headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "json_too_deep"
-    assert watch.worst < 1.0, f"/health took {watch.worst:.2f} s meanwhile"
+    assert watch.worst < within(1.0), f"/health took {watch.worst:.2f} s meanwhile"
     assert memory_peak(gateway.proc.pid) - peak_before < 64 << 20
 
 
 def test_a_connection_flood_locks_no_client_out_of_the_gateway(gateway):
     lines_before = len(gateway.log().splitlines())
     seen = flood_and_measure(gateway.url, gateway.port)
-    assert max(seen["new_client_s"]) < 1.0, seen
+    assert max(seen["new_client_s"]) < within(1.0), seen
     assert seen["left_open"] <= 50, seen
     log = gateway.log().splitlines()[lines_before:]
     assert len(log) < 40, "\n".join(log[:60])

@@ -350,3 +350,28 @@ def test_a_late_first_byte_on_healthy_replicas_is_retried_once_then_answered_504
     assert event["error"]["code"] == "stream_idle_timeout"
     assert gw.upstream.liveness.unresponsive == {} and not gw.fleet.inflight.running
     assert metric(asyncio.run(_metrics(gw)), "tandem:breaker_state", variant="fast") == 0
+
+
+def test_a_model_id_is_passed_on_encoded_as_it_came():
+    """GET /v1/models/{id} with characters a URL cannot hold raw (a control character, "?", "#", "%"):
+    the replica is asked for that very id (and answers 404), never a 500 or another model."""
+    asked: list[str] = []
+
+    def replica(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.raw_path.decode())
+        return httpx.Response(404, json={"error": {"message": "no such model", "type": "invalid_request_error",
+                                                   "param": "model", "code": "model_not_found"}})  # fmt: skip
+
+    gw, _ = _gateway({"variants": [one()], "policy": HPA}, replica)
+
+    async def main() -> list[httpx.Response]:
+        app = create_gateway_app(gw)
+        gw.upstream.client = httpx.AsyncClient(transport=gw.upstream.transport)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
+            out = [await client.get(f"/v1/models/{path}") for path in ("%10%06", "a%3Fb%23c", "org/name%25")]
+        await gw.upstream.client.aclose()
+        return out
+
+    responses = asyncio.run(main())
+    assert [r.status_code for r in responses] == [404] * 3, [r.text for r in responses]
+    assert asked == ["/v1/models/%10%06", "/v1/models/a%3Fb%23c", "/v1/models/org/name%25"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from server_process import ServerProcess, _environment, free_port
+from timing import within
 
 from .harness import MODEL_NAME, metric, wait_for
 
@@ -106,7 +107,7 @@ def test_a_gateway_process_from_a_config_file_and_the_environment_maps_no_libtor
             (replica,) = httpx.get(gateway.url + "/admin/replicas", headers=auth, timeout=10).json()["replicas"]
             return replica if replica["load"] is not None else None
 
-        replica = wait_for(replica_with_load, 10, "the replica's own load report")
+        replica = wait_for(replica_with_load, within(10), "the replica's own load report")
         assert 29100 <= int(replica["address"].rsplit(":", 1)[1]) <= 29199 and replica["load"]["healthy"]
         assert (tmp_path / "replicas" / f"{replica['id']}.log").is_file()
         check_the_fleet_secret(gateway, replica, tmp_path / "replicas" / f"{replica['id']}.log", auth)
@@ -119,7 +120,7 @@ def test_a_gateway_process_from_a_config_file_and_the_environment_maps_no_libtor
     finally:
         code = gateway.stop()
     assert code == 0, gateway.log()
-    wait_for(lambda: not replica_processes(str(serve_model_dir)), 10, "the replicas to exit")
+    wait_for(lambda: not replica_processes(str(serve_model_dir)), within(10), "the replicas to exit")
     assert "Traceback" not in gateway.log()
 
 
@@ -130,12 +131,12 @@ def test_a_bad_recipe_ends_the_gateway_with_the_replicas_own_error_within_a_minu
         "--log-dir", str(tmp_path / "replicas"),
     ]  # fmt: skip
     started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_environment(None))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=within(60), env=_environment(None))
     assert done.returncode != 0
     assert "'speculative' has no parameter 'q'" in done.stderr
     assert "the gateway gives up" in done.stderr and "Traceback" not in done.stderr
     assert len(list((tmp_path / "replicas").glob("*.log"))) == 3  # three attempts, each with its own log
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < within(60)
 
 
 def test_sigkill_of_the_gateway_leaves_no_replica_behind(serve_model_dir, tmp_path):
@@ -147,7 +148,7 @@ def test_sigkill_of_the_gateway_leaves_no_replica_behind(serve_model_dir, tmp_pa
         wait_for(lambda: replica_processes(str(serve_model_dir)), 60, "the replica to run")
         os.kill(gateway.proc.pid, signal.SIGKILL)
         gateway.proc.wait(10)
-        wait_for(lambda: not replica_processes(str(serve_model_dir)), 10, "the orphaned replicas to exit")
+        wait_for(lambda: not replica_processes(str(serve_model_dir)), within(10), "the orphaned replicas to exit")
     finally:
         gateway.stop()
         for pid in replica_processes(str(serve_model_dir)):
@@ -160,7 +161,7 @@ def test_a_client_that_leaves_while_buffered_is_forgotten_and_two_signals_exit_c
         wait_for(lambda: _answers(gateway.url), 60, "the gateway to listen")
         with pytest.raises(httpx.ReadTimeout):  # the replica takes seconds to start; the client leaves after 0.5
             httpx.post(gateway.url + "/v1/completions", json=BODY, timeout=httpx.Timeout(10, read=0.5))
-        wait_for(lambda: buffered(gateway.url) == 0, 5, "the abandoned request to leave the buffer")
+        wait_for(lambda: buffered(gateway.url) == 0, within(5), "the abandoned request to leave the buffer")
         text = httpx.get(gateway.url + "/metrics", timeout=10).text
         assert metric(text, "tandem:gateway_requests_total", variant="none", code="499") == 1
         waiting = threading.Thread(target=lambda: httpx.post(gateway.url + "/v1/completions", json=BODY, timeout=60))
@@ -176,7 +177,7 @@ def test_a_client_that_leaves_while_buffered_is_forgotten_and_two_signals_exit_c
     finally:
         gateway.stop()
     assert "Traceback" not in gateway.log() and "KeyboardInterrupt" not in gateway.log()
-    wait_for(lambda: not replica_processes(str(serve_model_dir)), 10, "the replicas to exit")
+    wait_for(lambda: not replica_processes(str(serve_model_dir)), within(10), "the replicas to exit")
 
 
 def test_sigterm_answers_buffered_requests_with_503_and_exits_0(serve_model_dir, tmp_path):
@@ -191,7 +192,7 @@ def test_sigterm_answers_buffered_requests_with_503_and_exits_0(serve_model_dir,
         clients = [threading.Thread(target=client) for _ in range(2)]
         for thread in clients:
             thread.start()
-        wait_for(lambda: buffered(gateway.url) == 2, 10, "both requests to wait for the replica", every=0.02)
+        wait_for(lambda: buffered(gateway.url) == 2, within(10), "both requests to wait for the replica", every=0.02)
         gateway.terminate()
         for thread in clients:
             thread.join(30)
@@ -201,7 +202,7 @@ def test_sigterm_answers_buffered_requests_with_503_and_exits_0(serve_model_dir,
     finally:
         gateway.stop()
     assert "Traceback" not in gateway.log() and "SIGTERM: admitting no new requests" in gateway.log()
-    wait_for(lambda: not replica_processes(str(serve_model_dir)), 10, "the replicas to exit")
+    wait_for(lambda: not replica_processes(str(serve_model_dir)), within(10), "the replicas to exit")
 
 
 def _answers(url: str) -> bool:

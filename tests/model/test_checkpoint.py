@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from timing import within
 
 from tandem.model import load_config
 from tandem.model.checkpoint import check_checkpoint, expected_tensors
@@ -91,7 +92,7 @@ def test_each_hostile_config_is_refused_fast_naming_the_field_with_flat_memory(t
         else:
             assert got["error"] is not None and expected in got["error"], (name, got)
             assert "config.json" in got["error"], got
-        assert got["s"] < 1.0, (name, got)
+        assert got["s"] < within(1.0), (name, got)
     assert report["peak_growth"] < 64 << 20, report["peak_growth"]  # no config allocated what it promised
 
 

@@ -52,18 +52,20 @@ def test_bench_command_json_shape(tiny_llama_dir, tiny_draft_dir, tmp_path):
     payload = json.loads(out.read_text())
     names = [r["recipe"] for r in payload["results"]]
     assert names[0] == "baseline" and "hf-sequential" in names and "hf-static-batch" in names
-    for row in payload["results"]:
-        for key in (
-            "output_tokens_per_s",
-            "ttft_p50_s",
-            "ttft_p99_s",
-            "tpot_p50_s",
-            "tpot_p99_s",
-            "usd_per_million_tokens",
-        ):
-            assert row[key] >= 0, (row["recipe"], key)
-        assert row["output_tokens"] == payload["results"][0]["output_tokens"]  # the same workload
     assert payload["price_source"] and payload["usd_per_hour"] > 0 and payload["repeats"] == 2
+    base = payload["results"][0]
+    for row in payload["results"]:
+        where = row["recipe"]
+        # Each row really ran the six requests (>= 8 output tokens each) and timed them: no zero rates.
+        assert row["requests"] == 6 and row["output_tokens"] == base["output_tokens"] >= 6 * 8, where
+        assert row["wall_s"] > 0 and row["output_tokens_per_s"] == pytest.approx(row["output_tokens"] / row["wall_s"])
+        assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"] <= row["wall_s"], where
+        assert 0 < row["tpot_p50_s"] <= row["tpot_p99_s"] <= row["wall_s"], where
+        cost = usd_per_million_tokens(payload["usd_per_hour"], row["output_tokens_per_s"])
+        assert row["usd_per_million_tokens"] == pytest.approx(cost) and cost > 0, where
+        assert row["throughput_vs_baseline"] == pytest.approx(row["output_tokens_per_s"] / base["output_tokens_per_s"])
+        assert row["cost_vs_baseline"] == pytest.approx(1 / row["throughput_vs_baseline"]), where
+    assert base["throughput_vs_baseline"] == 1.0
 
 
 def test_bench_unknown_recipe_is_a_clear_error(tiny_llama_dir):

@@ -2,7 +2,8 @@
 
 Runs in process (Starlette's TestClient around the real app and a real engine on the tiny model,
 context 48, so a valid request is cheap); every error must be an OpenAI-style body, every stream
-must end with [DONE] and carry no server error.
+must end with [DONE] and carry no server error, and every 200 must be the whole response its route
+promises for that request (the OpenAI client's types, one choice per n and prompt, usage that adds up).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tandem.edge.settings import Settings
 from tandem.serve import create_app, load_served_model
+from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
 JSON = st.recursive(
@@ -119,17 +123,134 @@ def post(client: TestClient, path: str, body: dict):
     return client.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
 
 
-def check(response, ok_field: str = "choices") -> None:
+def check(response, path: str, body: object = None) -> None:
+    """No 5xx; an error is an OpenAI-style body; a 200 is the whole response `path` promises for `body`."""
     event(f"status {response.status_code}")  # --hypothesis-show-statistics shows the mix
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
         error = response.json()["error"]
         assert set(error) == {"message", "type", "param", "code"} and error["message"]
-    elif response.headers["content-type"].startswith("text/event-stream"):
+        assert isinstance(error["type"], str) and isinstance(error["code"], str), error
+        return
+    assert response.status_code == 200, response.status_code
+    raw = json.loads(body) if isinstance(body, bytes) else body
+    request = REQUESTS[path].model_validate(raw)  # the request as the server read it (n="2" is 2)
+    if response.headers["content-type"].startswith("text/event-stream"):
         assert response.text.endswith("data: [DONE]\n\n")
         assert '"error"' not in response.text, response.text
+        check_stream(response.text, request)
     else:
-        assert ok_field in response.json()
+        SHAPES[path](response.json(), request)
+
+
+def _choices_expected(request: CompletionRequest | ChatCompletionRequest) -> int:
+    """n completions per prompt; a completions prompt that is a list of texts or of token lists is a batch."""
+    prompt = getattr(request, "prompt", None)
+    batch = isinstance(prompt, list) and isinstance(prompt[0], (str, list))
+    return request.n * (len(prompt) if batch else 1)
+
+
+def _check_usage(usage: dict, choices: int, request: CompletionRequest | ChatCompletionRequest) -> None:
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
+    assert usage["prompt_tokens"] >= 1 and usage["completion_tokens"] >= 0, usage
+    limit = getattr(request, "max_completion_tokens", None) or request.max_tokens
+    if limit is not None:
+        assert usage["completion_tokens"] <= limit * choices, (usage, request)
+
+
+def completion_shape(payload: dict, request: CompletionRequest) -> None:
+    # The OpenAI client's own type, every field and its type; logprobs apart: an echoed prompt's first
+    # token has a null logprob (as in OpenAI's legacy API and vLLM), which the client's type leaves out.
+    Completion.model_validate({**payload, "choices": [{**c, "logprobs": None} for c in payload["choices"]]})
+    assert payload["object"] == "text_completion" and payload["model"] == "tiny"
+    assert payload["id"].startswith("cmpl-") and payload["created"] > 0
+    choices = payload["choices"]
+    assert [c["index"] for c in choices] == list(range(_choices_expected(request))), (choices, request)
+    for choice in choices:
+        assert choice["finish_reason"] in ("stop", "length") and isinstance(choice["text"], str), choice
+        if request.logprobs is None:
+            assert choice["logprobs"] is None, choice
+        else:
+            logprobs = choice["logprobs"]
+            tokens, values = logprobs["tokens"], logprobs["token_logprobs"]
+            assert len(tokens) == len(values) == len(logprobs["text_offset"]) == len(logprobs["top_logprobs"])
+            assert all(isinstance(t, str) for t in tokens), logprobs
+            unscored = 1 if request.echo and values else 0  # the prompt's first token
+            assert all(v is None for v in values[:unscored]), logprobs
+            assert all(isinstance(v, float) and v <= 0 for v in values[unscored:]), logprobs
+    _check_usage(payload["usage"], len(choices), request)
+
+
+def chat_shape(payload: dict, request: ChatCompletionRequest) -> None:
+    ChatCompletion.model_validate(payload)
+    assert payload["object"] == "chat.completion" and payload["model"] == "tiny"
+    assert payload["id"].startswith("chatcmpl-") and payload["created"] > 0
+    choices = payload["choices"]
+    assert [c["index"] for c in choices] == list(range(request.n)), (choices, request)
+    for choice in choices:
+        assert choice["finish_reason"] in ("stop", "length"), choice
+        assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str)
+        if request.logprobs:
+            assert isinstance(choice["logprobs"]["content"], list), choice
+        else:
+            assert choice["logprobs"] is None, choice
+    _check_usage(payload["usage"], len(choices), request)
+
+
+def tokenize_shape(payload: dict, request: TokenizeRequest) -> None:
+    tokens = payload["tokens"]
+    assert payload["count"] == len(tokens) and payload["max_model_len"] == 48, payload
+    assert all(isinstance(t, int) and t >= 0 for t in tokens), payload
+    if request.return_token_strs:
+        assert len(payload["token_strs"]) == len(tokens), payload
+    else:
+        assert payload.get("token_strs") is None, payload
+
+
+def detokenize_shape(payload: dict, request: DetokenizeRequest) -> None:
+    assert set(payload) == {"prompt"} and isinstance(payload["prompt"], str), payload
+
+
+REQUESTS = {
+    "/v1/completions": CompletionRequest,
+    "/v1/chat/completions": ChatCompletionRequest,
+    "/tokenize": TokenizeRequest,
+    "/detokenize": DetokenizeRequest,
+}
+SHAPES = {
+    "/v1/completions": completion_shape,
+    "/v1/chat/completions": chat_shape,
+    "/tokenize": tokenize_shape,
+    "/detokenize": detokenize_shape,
+}
+
+
+def check_stream(text: str, request: CompletionRequest | ChatCompletionRequest) -> None:
+    """Every event a chunk of one response: its type, one id, and exactly one finish per choice."""
+    chat = isinstance(request, ChatCompletionRequest)
+    object_name = "chat.completion.chunk" if chat else "text_completion"
+    events = [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and len(events) >= 2, text
+    chunks = [json.loads(e) for e in events[:-1]]
+    expected = _choices_expected(request)
+    finished: dict[int, str] = {}
+    for chunk in chunks:
+        if chat:
+            ChatCompletionChunk.model_validate(chunk)
+        else:  # the client reads these as Completion objects unvalidated: finish_reason is null until the end
+            assert isinstance(chunk["created"], int) and all(isinstance(c["text"], str) for c in chunk["choices"])
+        assert chunk["object"] == object_name and chunk["model"] == "tiny" and chunk["id"] == chunks[0]["id"]
+        for choice in chunk["choices"]:
+            assert 0 <= choice["index"] < expected and choice["index"] not in finished, (choice, request)
+            if choice["finish_reason"] is not None:
+                assert choice["finish_reason"] in ("stop", "length"), choice
+                finished[choice["index"]] = choice["finish_reason"]
+    assert sorted(finished) == list(range(expected)), (finished, request)
+    if request.stream_options is not None and request.stream_options.include_usage:
+        assert chunks[-1]["choices"] == [], chunks[-1]
+        _check_usage(chunks[-1]["usage"], expected, request)
+    else:
+        assert all(chunk.get("usage") is None for chunk in chunks), chunks[-1]
 
 
 FUZZ = settings(
@@ -140,13 +261,13 @@ FUZZ = settings(
 @FUZZ
 @given(body=COMPLETION_BODY)
 def test_completions_never_fail_with_5xx(client, body):
-    check(post(client, "/v1/completions", body))
+    check(post(client, "/v1/completions", body), "/v1/completions", body)
 
 
 @FUZZ
 @given(body=CHAT_BODY)
 def test_chat_completions_never_fail_with_5xx(client, body):
-    check(post(client, "/v1/chat/completions", body))
+    check(post(client, "/v1/chat/completions", body), "/v1/chat/completions", body)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -155,7 +276,7 @@ def test_chat_completions_never_fail_with_5xx(client, body):
     path=st.sampled_from(["/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/nothing", "/tokenize"]),
 )
 def test_arbitrary_bytes_never_fail_with_5xx(client, raw, path):
-    check(client.post(path, content=raw, headers={"Content-Type": "application/json"}), "count")
+    check(client.post(path, content=raw, headers={"Content-Type": "application/json"}), path, raw)
 
 
 TOKENIZE_BODY = st.fixed_dictionaries(
@@ -175,7 +296,7 @@ TOKENIZE_BODY = st.fixed_dictionaries(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=TOKENIZE_BODY, path=st.sampled_from(["/tokenize", "/detokenize"]))
 def test_tokenize_and_detokenize_never_fail_with_5xx(client, body, path):
-    check(post(client, path, body), "count" if path == "/tokenize" else "prompt")
+    check(post(client, path, body), path, body)
 
 
 def test_the_openapi_schema_describes_both_endpoints(client):

@@ -23,6 +23,7 @@ import httpx
 import pytest
 from flood import HealthWatch, flood_and_measure
 from server_process import ServerProcess
+from timing import within
 
 from .conftest import MODEL_NAME, server_args
 
@@ -85,7 +86,7 @@ def test_long_prompts_are_tokenized_off_the_event_loop(server):
             t.join()
     assert [r.status_code for r in results] == [400] * 4
     assert all(r.json()["error"]["code"] == "context_length_exceeded" for r in results)
-    assert watch.worst < 1.0, f"/health took {watch.worst:.2f} s while long prompts were tokenized"
+    assert watch.worst < within(1.0), f"/health took {watch.worst:.2f} s while long prompts were tokenized"
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +125,8 @@ def test_a_chat_template_bomb_is_refused_while_health_answers(fragile):
             t.join()
     assert [status for status, _, _ in outcomes] == [400] * 3
     assert all("rendering took longer than 1 s" in message for _, _, message in outcomes), outcomes
-    assert max(seconds for _, seconds, _ in outcomes) < 10, outcomes
-    assert watch.worst < 1.0, f"/health took {watch.worst:.2f} s during the template bomb"
+    assert max(seconds for _, seconds, _ in outcomes) < within(10), outcomes
+    assert watch.worst < within(1.0), f"/health took {watch.worst:.2f} s during the template bomb"
     # Completions (no template) are untouched.
     r = httpx.post(fragile.url + "/v1/completions", json={"model": MODEL_NAME, "prompt": "a", "max_tokens": 2})
     assert r.status_code == 200
@@ -147,7 +148,7 @@ def test_a_connection_flood_locks_no_client_out_and_floods_no_log(fragile):
     finally:
         for sock in garbage:
             sock.close()
-    assert max(seen["new_client_s"]) < 1.0, seen
+    assert max(seen["new_client_s"]) < within(1.0), seen
     assert seen["left_open"] <= 50, seen  # past the 3 s header deadline the server closed them
     log = fragile.log().splitlines()[lines_before:]
     assert len(log) < 40, "\n".join(log[:60])  # thousands of bad connections, a few lines

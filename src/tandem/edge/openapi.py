@@ -98,7 +98,8 @@ def install_openapi(app: FastAPI, operations: Mapping[tuple[str, str], Operation
             content: dict[str, Any] = {op.ok_media: {"schema": ok_schema}}
             if op.stream:
                 content[EVENT_STREAM] = {"schema": SSE_EVENT}
-            responses["200"] = {"description": "Successful Response", "content": content}
+            ok_status = next((status for status in responses if status.startswith("2")), "200")  # 202 stays 202
+            responses[ok_status] = {"description": "Successful Response", "content": content}
             for status in op.errors:
                 responses[str(status)] = {
                     "description": _REASONS.get(status, "Error"), "content": {"application/json": {"schema": error_ref}}

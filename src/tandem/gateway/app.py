@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -48,6 +49,13 @@ GATEWAY_OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/tokenize", "post"): Operation(errors=(400, 401, 404, 408, 413, 500, 503)),
     ("/detokenize", "post"): Operation(errors=(400, 401, 404, 408, 413, 500, 503)),
     ("/version", "get"): Operation(errors=(500, 503)),
+    ("/health", "get"): Operation(errors=(500,)),
+    ("/ready", "get"): Operation(errors=(500,), also={503: None}),
+    ("/admin/replicas", "get"): Operation(errors=(401, 500)),
+    ("/admin/rollout", "get"): Operation(errors=(401, 500)),
+    ("/admin/gate", "get"): Operation(errors=(401, 404, 500)),
+    ("/admin/gate/promote", "post"): Operation(errors=(401, 404, 409, 500)),
+    ("/admin/use", "post"): Operation(errors=(400, 401, 404, 408, 409, 413, 500)),
 }
 REPLICA_EXIT_WAIT_S = 15.0  # at shutdown; replicas still running later leave on their own (tandem.edge.lifeline)
 
@@ -163,7 +171,8 @@ def create_gateway_app(
 
     @app.get("/v1/models/{model_id:path}", response_model=None)
     async def model(model_id: str, request: Request) -> Response:
-        return await proxy_get(gw, f"/v1/models/{model_id}", request)
+        # Encoded again as the client sent it: an id with a control character, "?" or "#" is the replica's 404.
+        return await proxy_get(gw, f"/v1/models/{quote(model_id, safe='/')}", request)
 
     # vLLM's utility routes, answered by a replica (tokens are the model's business).
     @app.post("/tokenize", response_model=None)
