@@ -278,7 +278,7 @@ async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:
     ready.sort(key=lambda r: r.variant != gw.fleet.controller.primary)
     for replica in ready:
         url = httpx.URL(replica.url + path)
-        if url.path != path:  # the client resolved something (a dot segment): not the route asked for
+        if url.raw_path.decode("ascii") != path:  # httpx resolved something (a dot segment): not the route asked for
             return error_response(
                 404, f"no such endpoint: {path[:120]!r} is not a path this gateway serves", "not_found"
             )
