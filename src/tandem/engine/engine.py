@@ -173,9 +173,7 @@ class Engine:
     def grammars(self) -> GrammarCompiler:
         """The grammar compiler over this model's tokenizer (built on first use; its cache is per spec)."""
         if self._grammars is None:
-            self._grammars = GrammarCompiler(
-                self.model.tokenizer.to_json(), self.model.config.vocab_size, self._eos
-            )
+            self._grammars = GrammarCompiler(self.model.tokenizer.to_json(), self.model.config.vocab_size, self._eos)
         return self._grammars
 
     def check_grammar(self, spec: GrammarSpec) -> None:
@@ -340,8 +338,7 @@ class Engine:
             seq.prompt_logprobs += logprob_entries(logprobs, targets, seq.params.prompt_logprobs)
 
     def _process(
-        self,
-        plain: list[tuple[Sequence, torch.Tensor]], verified: list[tuple[Sequence, Proposal, torch.Tensor]]
+        self, plain: list[tuple[Sequence, torch.Tensor]], verified: list[tuple[Sequence, Proposal, torch.Tensor]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(raw, processed) logits of every row, through the requests' processors in one batch: plain
         rows first, then each verified row's k + 1 positions, position j with the first j proposals

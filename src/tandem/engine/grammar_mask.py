@@ -44,7 +44,7 @@ def apply_grammars(logits: torch.Tensor, rows: Sequence[LogitsRow], raw: torch.T
     previous: dict[int, int] = {}  # id(seq) -> its last row in bitmask
     for k, i in enumerate(constrained):
         row = rows[i]
-        seq, state, key = row.seq, row.seq.grammar, id(row.seq)
+        state, key = row.seq.grammar, id(row.seq)
         done = consumed.get(key, 0)
         while key not in dead and done < len(row.drafted):
             token = row.drafted[done]

@@ -82,7 +82,9 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self._tok.id_to_token(token_id)
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[Any] | None = None
+    ) -> str:
         if not self.chat_template:
             raise ChatTemplateError("this model's tokenizer_config.json has no chat_template")
         limits = self.template_limits
@@ -104,6 +106,8 @@ class Tokenizer:
             "bos_token": self.bos_token or "",
             "eos_token": self.eos_token or "",
         }
+        if tools:
+            context["tools"] = tools  # what transformers passes: the request's tool definitions
         try:
             return render_limited(self._compiled, context, limits)
         except ChatTemplateError:

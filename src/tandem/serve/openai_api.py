@@ -28,6 +28,7 @@ from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
 from tandem.serve.streaming import SSE_DONE, ClientDisconnected, SSEResponse, sse, until_disconnect
+from tandem.serve.tools import ToolCallStream, parse_tool_calls
 
 __all__ = ["build_router"]
 
@@ -126,6 +127,7 @@ async def _completion_events(
 async def _chat_events(gen: Generation, body: ChatCompletionRequest, created: int, rid: str) -> AsyncIterator[bytes]:
     served, plan = gen.served, gen.plan
     tokens = {c.index: 0 for c in plan.choices}
+    calls = {c.index: ToolCallStream(plan.tools) for c in plan.choices} if plan.tools is not None else None
     for choice in plan.choices:  # the role first, as OpenAI does; clients get their first byte at once
         yield sse(
             R.chat_chunk(rid, created, served.name, choice.index, {"role": "assistant", "content": ""}, None, None)
@@ -137,6 +139,16 @@ async def _chat_events(gen: Generation, body: ChatCompletionRequest, created: in
                 logprobs = None
                 if choice.params.logprobs is not None:
                     logprobs = R.chat_logprobs(out.logprobs or [], served.token_text)
+                if calls is not None:  # the text is read as tool calls (tandem.serve.tools)
+                    stream = calls[choice.index]
+                    for delta in stream.deltas(out.new_text, out.finished):
+                        yield sse(R.chat_chunk(rid, created, served.name, choice.index, delta, None, None))
+                    if out.finished or (logprobs and logprobs["content"]):
+                        reason = stream.finish_reason(out.finish_reason) if out.finished else None
+                        yield sse(
+                            R.chat_chunk(rid, created, served.name, choice.index, {}, reason, logprobs, out.stop_reason)
+                        )
+                    continue
                 if out.new_text or out.finished or (logprobs and logprobs["content"]):
                     delta = {"content": out.new_text} if out.new_text else {}
                     yield sse(
@@ -253,7 +265,8 @@ def build_router(state: ServerState) -> APIRouter:
         choices = []
         for r in results:
             logprobs = R.chat_logprobs(r.logprobs, served.token_text) if body.logprobs else None
-            choices.append(R.chat_choice(r.choice.index, r.text, r.finish_reason, logprobs, r.stop_reason))
+            content, calls = parse_tool_calls(plan.tools, r.text) if plan.tools is not None else (r.text, [])
+            choices.append(R.chat_choice(r.choice.index, content, r.finish_reason, logprobs, r.stop_reason, calls))
         use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
         return JSONResponse(R.chat_body(rid, created, served.name, choices, use))
 

@@ -110,11 +110,20 @@ def completion_choice(
 
 
 def chat_choice(
-    index: int, text: str, finish_reason: str | None, logprobs: dict | None, stop_reason: str | int | None = None
+    index: int,
+    text: str | None,
+    finish_reason: str | None,
+    logprobs: dict | None,
+    stop_reason: str | int | None = None,
+    tool_calls: list[dict] | None = None,
 ) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:  # OpenAI's shape: content null (or the text beside the calls), finish_reason "tool_calls"
+        message["tool_calls"] = tool_calls
+        finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
     return {
         "index": index,
-        "message": {"role": "assistant", "content": text},
+        "message": message,
         "logprobs": logprobs,
         "finish_reason": api_finish_reason(finish_reason),
         "stop_reason": stop_reason,
