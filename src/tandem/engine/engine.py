@@ -274,6 +274,13 @@ class Engine:
         if rows:
             drafted = spec.propose([decode[i] for i in rows], [lengths[i] for i in rows])
             for i, proposal in zip(rows, drafted, strict=True):
+                grammar = decode[i].grammar
+                if grammar is not None and proposal.tokens:
+                    # Drafts past the first token the grammar forbids would be rejected anyway: not
+                    # verified at all (an n-gram lookup knows nothing of the grammar).
+                    keep = grammar.valid_prefix(proposal.tokens)
+                    probs = proposal.probs[:keep] if proposal.probs is not None else None
+                    proposal = Proposal(proposal.tokens[:keep], probs)
                 proposals[i] = proposal if proposal.tokens else None
         return proposals
 

@@ -62,9 +62,10 @@ def grammar_text(spec: GrammarSpec) -> str:
 class GrammarState:
     """One sequence's matcher: the mask of allowed next tokens, and advancing by kept tokens."""
 
-    def __init__(self, matcher, eos_id: int) -> None:
+    def __init__(self, matcher, eos_id: int, vocab_size: int) -> None:
         self._matcher = matcher
         self.eos_id = eos_id
+        self.vocab_size = vocab_size  # the mask's width in tokens
 
     def write_mask(self, address: int, num_bytes: int) -> None:
         """Write the allowed-token bitmask (bit t of 32-bit word t // 32) into memory at `address`."""
@@ -73,6 +74,14 @@ class GrammarState:
     def consume(self, token_id: int) -> bool:
         """Advance by a kept token; False when the grammar forbids it (the matcher is then in error)."""
         return bool(self._matcher.consume_token(token_id))
+
+    def advance(self, token_ids: list[int]) -> int:
+        """Consume the longest allowed prefix of token_ids (never entering an error); its length."""
+        return int(self._matcher.try_consume_tokens(token_ids)) if token_ids else 0
+
+    def valid_prefix(self, token_ids: list[int]) -> int:
+        """How many of token_ids, in order, the grammar allows from here (the state does not change)."""
+        return int(self._matcher.validate_tokens(token_ids)) if token_ids else 0
 
     def rollback(self, num_tokens: int) -> None:
         if num_tokens:
@@ -134,4 +143,4 @@ class GrammarCompiler:
 
     def state(self, spec: GrammarSpec) -> GrammarState:
         """A fresh matcher for one sequence (a copy of the cached compiled one: microseconds)."""
-        return GrammarState(self._compiled(spec).deep_copy(), self.eos_id)
+        return GrammarState(self._compiled(spec).deep_copy(), self.eos_id, self.vocab_size)

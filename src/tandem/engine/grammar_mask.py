@@ -16,60 +16,65 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from tandem.engine.processors import LogitsRow
 
 __all__ = ["apply_grammars"]
 
-_BITS = torch.arange(32, dtype=torch.int32)
-
-
-def _allowed(bitmask: torch.Tensor, row: int, token: int) -> bool:
-    return bool((int(bitmask[row, token // 32]) >> (token % 32)) & 1)
-
 
 def apply_grammars(logits: torch.Tensor, rows: Sequence[LogitsRow], raw: torch.Tensor | None = None) -> torch.Tensor:
     """logits [N, V] (processed; row i predicts after rows[i]'s history) -> with grammar masks applied.
-    `raw` is the unprocessed tensor: when logits is that very tensor it is copied, never written."""
+    `raw` is the unprocessed tensor: when logits is that very tensor it is copied, never written.
+    A draft model's logits go through here too (its proposals then keep to the grammar)."""
     constrained = [i for i, row in enumerate(rows) if row.seq.grammar is not None]
     if not constrained:
         return logits
     vocab = logits.shape[-1]
-    words = (vocab + 31) // 32
+    grammar_vocab = rows[constrained[0]].seq.grammar.vocab_size
+    words = (grammar_vocab + 31) // 32
     bitmask = torch.zeros((len(constrained), words), dtype=torch.int32)
-    nbytes = words * 4
     consumed: dict[int, int] = {}  # id(seq) -> draft tokens fed to its matcher so far
-    dead: set[int] = set()  # sequences whose drafts the grammar already refused (later rows are never used)
-    previous: dict[int, int] = {}  # id(seq) -> its last row in bitmask
+    dead: set[int] = set()  # sequences whose drafts the grammar refused (their later rows are never used)
     for k, i in enumerate(constrained):
         row = rows[i]
         state, key = row.seq.grammar, id(row.seq)
         done = consumed.get(key, 0)
-        while key not in dead and done < len(row.drafted):
-            token = row.drafted[done]
-            if not _allowed(bitmask, previous[key], token) or not state.consume(token):
+        if key not in dead and done < len(row.drafted):
+            taken = state.advance(list(row.drafted[done:]))
+            if done + taken < len(row.drafted):
                 dead.add(key)
-                break
-            done += 1
+            done += taken
         consumed[key] = done
         if key in dead:
-            bitmask[k] = -1  # never read: verification stops at the refused draft
+            bitmask[k] = -1  # never read: verification stops at the refused draft token
         else:
-            state.write_mask(bitmask[k].data_ptr(), nbytes)
-        previous[key] = k
-    for row_index in {id(rows[i].seq): i for i in constrained}.values():
-        key = id(rows[row_index].seq)
-        rows[row_index].seq.grammar.rollback(consumed[key])
-    allowed = ((bitmask[:, :, None] >> _BITS) & 1).bool().reshape(len(constrained), -1)[:, :vocab]
-    if logits is raw or raw is None:
+            state.write_mask(bitmask[k].data_ptr(), words * 4)
+    for i in {id(rows[i].seq): i for i in constrained}.values():
+        rows[i].seq.grammar.rollback(consumed[id(rows[i].seq)])
+    # Bit t of word w is token 32 w + t: little-endian bytes, each unpacked least significant bit first.
+    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")
+    allowed = torch.from_numpy(bits).bool()
+    if allowed.shape[1] < vocab:  # ids beyond the tokenizer's vocabulary: never allowed
+        allowed = torch.cat([allowed, allowed.new_zeros((len(constrained), vocab - allowed.shape[1]))], dim=1)
+    forbidden = ~allowed[:, :vocab]
+    if raw is None or logits is raw:
         logits = logits.clone()
-    index = torch.tensor(constrained, dtype=torch.long)
-    masked = logits[index].masked_fill(~allowed, float("-inf"))
+    if len(constrained) == len(rows):
+        logits.masked_fill_(forbidden, float("-inf"))
+        masked = logits
+    else:
+        index = torch.tensor(constrained, dtype=torch.long)
+        masked = logits[index].masked_fill_(forbidden, float("-inf"))
     # A row whose other processors banned every token the grammar allows (min_tokens against a
-    # complete output: EOS only): the grammar wins.
-    empty = torch.isinf(masked).all(dim=-1) & allowed.any(dim=-1)
-    if bool(empty.any()):
-        masked[empty] = torch.zeros_like(masked[empty]).masked_fill(~allowed[empty], float("-inf"))
-    logits[index] = masked
+    # complete output: EOS only): the grammar wins. Only rows with processors can be so.
+    processed = [k for k, i in enumerate(constrained) if rows[i].seq.params.processes_logits]
+    if processed:
+        check = torch.tensor(processed, dtype=torch.long)
+        empty = check[torch.isinf(masked[check]).all(dim=-1)]
+        if len(empty):
+            masked[empty] = torch.zeros_like(masked[empty]).masked_fill_(forbidden[empty], float("-inf"))
+    if masked is not logits:
+        logits[index] = masked
     return logits
