@@ -62,7 +62,8 @@ BAD_COMPLETIONS = [
     ({**COMPLETION, "bad_words": [" "]}, 400, "bad_words", None),
     # vLLM's parameters tandem lacks, and names neither API knows: refused by name, never ignored.
     ({**COMPLETION, "use_beam_search": True}, 400, "use_beam_search", "unsupported_parameter"),
-    ({**COMPLETION, "guided_json": {"type": "object"}}, 400, "guided_json", "unsupported_parameter"),
+    ({**COMPLETION, "guided_json": {"type": "strin"}}, 400, "guided_json", "invalid_value"),
+    ({**COMPLETION, "guided_json": {"type": "array", "uniqueItems": True}}, 400, "guided_json", "unsupported_value"),
     ({**COMPLETION, "prompt_logprobs": 1}, 400, "prompt_logprobs", "unsupported_parameter"),
     ({**COMPLETION, "best_of": 3}, 400, "best_of", "unsupported_parameter"),
     ({**COMPLETION, "temprature": 0.5}, 400, "temprature", "unknown_parameter"),
@@ -86,7 +87,19 @@ BAD_CHATS = [
     ({**CHAT, "max_completion_tokens": CONTEXT}, 400, "max_completion_tokens", "context_length_exceeded"),
     ({**CHAT, "messages": [{"role": "user", "content": "x " * CONTEXT}]}, 400, "messages", "context_length_exceeded"),
     ({**CHAT, "top_logprobs": 2}, 400, "top_logprobs", None),
-    ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools", "unsupported_parameter"),
+    # tool_choice "auto" (the default with tools) needs --tool-call-parser, which this server lacks.
+    ({**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice", "unsupported_value"),
+    (
+        {
+            **CHAT,
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "g"}},
+        },
+        400,
+        "tool_choice",
+        "invalid_value",
+    ),
+    ({**CHAT, "tools": [{"type": "retrieval"}], "tool_choice": "required"}, 400, "tools[0]", "invalid_value"),
     ({**CHAT, "use_beam_search": True}, 400, "use_beam_search", "unsupported_parameter"),
     ({**CHAT, "chat_template": "{{ x }}"}, 400, "chat_template", "unsupported_parameter"),
     ({**CHAT, "echo": True}, 400, "echo", "unsupported_parameter"),
