@@ -27,7 +27,15 @@ __all__ = ["requested_grammar", "check_grammar", "json_schema_spec", "closed_obj
 
 _BACKENDS = (None, "auto", "guidance", "llguidance")
 _SO_KINDS = {"json": "json", "regex": "regex", "choice": "choice", "grammar": "grammar", "json_object": "json_object"}
-_SO_NO_OPS = {"backend": _BACKENDS, "disable_fallback": (None, False, True), "disable_any_whitespace": (None, True)}
+# vLLM's other structured_outputs fields: accepted at the values that change nothing here.
+_SO_NO_OPS = {
+    "backend": _BACKENDS,
+    "disable_fallback": (None, False, True),
+    "disable_any_whitespace": (None, True),  # whitespace is always compact
+    "disable_additional_properties": (None, False),
+    "whitespace_pattern": (None,),
+    "structural_tag": (None,),
+}
 _JSON_SCHEMA_KEYS = {"name", "schema", "strict", "description"}
 
 
