@@ -1,6 +1,7 @@
 """Twenty JSON schemas of varied shape for the structured-output tests: nested objects, arrays with
 min/max items, enums, numbers with ranges, string patterns, anyOf, required and optional fields.
-Strings are bounded so that a tiny model's sampled output completes within max_tokens."""
+Strings are bounded, and numbers have a multipleOf (exact in binary, as jsonschema checks it in
+floats), so that a tiny model's sampled output completes within max_tokens (free digits can run on)."""
 
 S = {"type": "string", "maxLength": 12}
 
@@ -12,7 +13,7 @@ SCHEMAS: list[dict] = [
     {"type": "object", "properties": {"tags": {"type": "array", "items": S, "minItems": 1, "maxItems": 3}},
      "required": ["tags"]},
     {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["zip"]},
-    {"type": "object", "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}},
+    {"type": "object", "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.125}},
      "required": ["score"]},
     {"type": "object", "properties": {"user": {"type": "object", "properties": {"id": {"type": "integer",
      "minimum": 1, "maximum": 9999}, "email": {"type": "string", "pattern": "^[a-z]{1,8}@[a-z]{1,8}\\.com$"}},
@@ -35,8 +36,9 @@ SCHEMAS: list[dict] = [
     {"type": "object", "properties": {"matrix": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"type":
      "array", "minItems": 1, "maxItems": 2, "items": {"type": "integer", "minimum": 0, "maximum": 9}}}},
      "required": ["matrix"], "additionalProperties": False},
-    {"type": "object", "properties": {"price": {"type": "number", "minimum": 0, "maximum": 1000},
-     "currency": {"enum": ["USD", "EUR"]}, "discount": {"type": "number", "minimum": 0, "maximum": 0.5}},
+    {"type": "object", "properties": {"price": {"type": "number", "minimum": 0, "maximum": 1000, "multipleOf": 0.25},
+     "currency": {"enum": ["USD", "EUR"]}, "discount": {"type": "number", "minimum": 0, "maximum": 0.5,
+     "multipleOf": 0.125}},
      "required": ["price", "currency"], "additionalProperties": False},
     {"type": "string", "pattern": "^(yes|no|maybe)$"},
     {"type": "object", "properties": {"flags": {"type": "array", "items": {"type": "boolean"}, "minItems": 3,

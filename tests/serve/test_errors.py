@@ -67,7 +67,7 @@ BAD_COMPLETIONS = [
     ({**COMPLETION, "prompt_logprobs": 1}, 400, "prompt_logprobs", "unsupported_parameter"),
     ({**COMPLETION, "best_of": 3}, 400, "best_of", "unsupported_parameter"),
     ({**COMPLETION, "temprature": 0.5}, 400, "temprature", "unknown_parameter"),
-    ({**COMPLETION, "stream": True, "stream_options": {"continuous_usage_stats": True}}, 400, None, None),
+    ({**COMPLETION, "stream": True, "stream_options": {"continuous_usage_stats": 1}}, 400, None, None),
     ({**COMPLETION, "max_tokens": -1}, 400, "max_tokens", None),
     ({**COMPLETION, "echo": True, "suffix": "x"}, 400, "suffix", "unsupported_parameter"),
     ({**COMPLETION, "stream_options": {"include_usage": True}}, 400, "stream_options", None),

@@ -21,7 +21,7 @@ from tandem.edge.errors import APIError, error_body
 from tandem.engine.async_engine import EngineStoppedError
 from tandem.serve import responses as R
 from tandem.serve.admission import Lease
-from tandem.serve.generation import ChoiceResult, Generation
+from tandem.serve.generation import ChoiceResult, Generation, cached_prompt_tokens
 from tandem.serve.kept_tracks import keep_key
 from tandem.serve.plan import Plan, plan_chat, plan_completion
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
@@ -62,6 +62,11 @@ def _stream_error(exc: Exception) -> bytes:
     )
 
 
+def _choice_usage(plan: Plan, choice, out) -> dict:
+    """stream_options.continuous_usage_stats: one choice's usage so far, on each of its chunks (vLLM's)."""
+    return R.usage(len(plan.prompts[choice.prompt_index]), len(out.token_ids), out.num_cached_tokens)
+
+
 def _computing_top1(plan: Plan) -> Plan:
     """The plan with its one choice computing each token's logprob and top-1 (for a kept track)."""
     (choice,) = plan.choices
@@ -81,10 +86,13 @@ async def _completion_events(
     offsets = {c.index: 0 for c in plan.choices}
     tokens = {c.index: 0 for c in plan.choices}
     echoed = {c.index: not plan.echo for c in plan.choices}
+    cached: dict[int, int] = {}
+    continuous = bool(body.stream_options and body.stream_options.continuous_usage_stats)
     try:
         async with aclosing(gen.outputs()) as outputs:
             async for choice, out in outputs:
                 tokens[choice.index] = len(out.token_ids)
+                cached[choice.index] = out.num_cached_tokens
                 text, logprobs = out.new_text, None
                 if keep is not None:
                     kept.extend(out.logprobs or ())
@@ -103,23 +111,18 @@ async def _completion_events(
                 if logprobs is not None:
                     offsets[choice.index] += sum(len(t) for t in logprobs["tokens"])
                 if text or out.finished or (logprobs and logprobs["tokens"]):
-                    yield sse(
-                        R.completion_chunk(
-                            rid,
-                            created,
-                            served.name,
-                            choice.index,
-                            text,
-                            out.finish_reason if out.finished else None,
-                            logprobs,
-                            out.stop_reason,
-                        )
+                    reason = out.finish_reason if out.finished else None
+                    event = R.completion_chunk(
+                        rid, created, served.name, choice.index, text, reason, logprobs, out.stop_reason
                     )
+                    if continuous:
+                        event["usage"] = _choice_usage(plan, choice, out)
+                    yield sse(event)
     except Exception as exc:
         yield _stream_error(exc)
     else:
         if body.stream_options and body.stream_options.include_usage:
-            use = R.usage(plan.num_prompt_tokens, sum(tokens.values()))
+            use = R.usage(plan.num_prompt_tokens, sum(tokens.values()), cached_prompt_tokens(plan, cached))
             yield sse(R.usage_chunk(rid, "text_completion", created, served.name, use))
     yield SSE_DONE
 
@@ -128,6 +131,15 @@ async def _chat_events(gen: Generation, body: ChatCompletionRequest, created: in
     served, plan = gen.served, gen.plan
     tokens = {c.index: 0 for c in plan.choices}
     calls = {c.index: ToolCallStream(plan.tools) for c in plan.choices} if plan.tools is not None else None
+    cached: dict[int, int] = {}
+    continuous = bool(body.stream_options and body.stream_options.continuous_usage_stats)
+
+    def chunk(choice, delta, reason, logprobs, out, stop_reason=None) -> bytes:
+        event = R.chat_chunk(rid, created, served.name, choice.index, delta, reason, logprobs, stop_reason)
+        if continuous:
+            event["usage"] = _choice_usage(plan, choice, out)
+        return sse(event)
+
     for choice in plan.choices:  # the role first, as OpenAI does; clients get their first byte at once
         yield sse(
             R.chat_chunk(rid, created, served.name, choice.index, {"role": "assistant", "content": ""}, None, None)
@@ -136,38 +148,27 @@ async def _chat_events(gen: Generation, body: ChatCompletionRequest, created: in
         async with aclosing(gen.outputs()) as outputs:
             async for choice, out in outputs:
                 tokens[choice.index] = len(out.token_ids)
+                cached[choice.index] = out.num_cached_tokens
                 logprobs = None
                 if choice.params.logprobs is not None:
                     logprobs = R.chat_logprobs(out.logprobs or [], served.token_text)
                 if calls is not None:  # the text is read as tool calls (tandem.serve.tools)
                     stream = calls[choice.index]
                     for delta in stream.deltas(out.new_text, out.finished):
-                        yield sse(R.chat_chunk(rid, created, served.name, choice.index, delta, None, None))
+                        yield chunk(choice, delta, None, None, out)
                     if out.finished or (logprobs and logprobs["content"]):
                         reason = stream.finish_reason(out.finish_reason) if out.finished else None
-                        yield sse(
-                            R.chat_chunk(rid, created, served.name, choice.index, {}, reason, logprobs, out.stop_reason)
-                        )
+                        yield chunk(choice, {}, reason, logprobs, out, out.stop_reason)
                     continue
                 if out.new_text or out.finished or (logprobs and logprobs["content"]):
                     delta = {"content": out.new_text} if out.new_text else {}
-                    yield sse(
-                        R.chat_chunk(
-                            rid,
-                            created,
-                            served.name,
-                            choice.index,
-                            delta,
-                            out.finish_reason if out.finished else None,
-                            logprobs,
-                            out.stop_reason,
-                        )
-                    )
+                    reason = out.finish_reason if out.finished else None
+                    yield chunk(choice, delta, reason, logprobs, out, out.stop_reason)
     except Exception as exc:
         yield _stream_error(exc)
     else:
         if body.stream_options and body.stream_options.include_usage:
-            use = R.usage(plan.num_prompt_tokens, sum(tokens.values()))
+            use = R.usage(plan.num_prompt_tokens, sum(tokens.values()), cached_prompt_tokens(plan, cached))
             yield sse(R.usage_chunk(rid, "chat.completion.chunk", created, served.name, use))
     yield SSE_DONE
 
@@ -243,7 +244,8 @@ def build_router(state: ServerState) -> APIRouter:
             choices.append(R.completion_choice(r.choice.index, text, r.finish_reason, logprobs, r.stop_reason))
         if keep is not None:
             keep(results[0].text, results[0].logprobs)
-        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
+        cached = cached_prompt_tokens(plan, {r.choice.index: r.num_cached_tokens for r in results})
+        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results), cached)
         return JSONResponse(R.completion_body(rid, created, served.name, choices, use))
 
     @router.post("/v1/chat/completions", response_model=None)
@@ -267,7 +269,8 @@ def build_router(state: ServerState) -> APIRouter:
             logprobs = R.chat_logprobs(r.logprobs, served.token_text) if body.logprobs else None
             content, calls = parse_tool_calls(plan.tools, r.text) if plan.tools is not None else (r.text, [])
             choices.append(R.chat_choice(r.choice.index, content, r.finish_reason, logprobs, r.stop_reason, calls))
-        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
+        cached = cached_prompt_tokens(plan, {r.choice.index: r.num_cached_tokens for r in results})
+        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results), cached)
         return JSONResponse(R.chat_body(rid, created, served.name, choices, use))
 
     return router

@@ -55,6 +55,7 @@ def _reword(handler: ValidatorFunctionWrapHandler, value: Any, message: str) -> 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: usage (so far) on every chunk; guidellm always sends it
 
 
 class ContentPart(BaseModel):
