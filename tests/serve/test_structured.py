@@ -217,6 +217,17 @@ def test_auto_with_the_hermes_parser_reads_calls_out_of_text(client):
     assert choice.finish_reason == "tool_calls" and choice.message.content == "ok"
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_time" and json.loads(call.function.arguments) == {"zone": "UTC"}
+    stream = list(
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=60, temperature=0, tools=TOOLS, tool_choice="auto",
+            extra_body={"guided_grammar": grammar}, stream=True,
+        )
+    )  # fmt: skip
+    assert "".join(c.choices[0].delta.content or "" for c in stream).strip() == "ok"
+    calls, finish = _streamed_calls(iter(stream))
+    assert finish == "tool_calls" and [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
+        ("get_time", {"zone": "UTC"})
+    ]
 
 
 def _error(client: openai.OpenAI, **args) -> dict:

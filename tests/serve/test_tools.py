@@ -112,3 +112,15 @@ def test_closing_objects_keeps_explicit_choices():
     assert closed["$defs"]["d"]["additionalProperties"] is True
     assert closed["anyOf"][0]["additionalProperties"] is False
     assert "additionalProperties" not in schema  # the request's schema is not changed
+
+
+def test_an_auto_stream_sends_text_as_content_until_a_call_begins():
+    stream = ToolCallStream(ToolPlan("auto", parser="hermes"))
+    assert stream.deltas("Let me look", False) == [{"content": "Let me look"}]
+    assert stream.deltas(". <tool", False) == [{"content": ". "}]  # "<tool" may begin a tag: held
+    assert stream.deltas('_call>{"name": "a", "arguments": {"x": 1}}</tool_call>', False) == []
+    (call,) = stream.deltas("", True)
+    assert call["tool_calls"][0]["function"]["name"] == "a" and stream.finish_reason("stop") == "tool_calls"
+    plain = ToolCallStream(ToolPlan("auto", parser="hermes"))
+    assert plain.deltas("a <", False) == [{"content": "a "}]
+    assert plain.deltas(" b", True) == [{"content": "< b"}] and plain.finish_reason("stop") == "stop"

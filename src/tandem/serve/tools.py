@@ -184,15 +184,29 @@ def hermes_text(tool_calls: list[Any]) -> str:
     return "\n".join(blocks)
 
 
+_OPEN = "<tool_call>"
+
+
+def _held_back(text: str) -> int:
+    """Characters at the end of text that could begin a "<tool_call>" tag (held until decided)."""
+    for n in range(min(len(_OPEN) - 1, len(text)), 0, -1):
+        if _OPEN.startswith(text[-n:]):
+            return n
+    return 0
+
+
 class ToolCallStream:
     """One streamed choice's chat deltas under a ToolPlan, as OpenAI streams calls: a first delta
     with the call's index, id, type and name (arguments ""), then argument pieces under the same index.
-    A named function streams its arguments as they are generated; "required" and "auto" outputs are
-    parsed when complete (the calls' boundaries are known only then) and sent as one delta per call."""
+    A named function streams its arguments as they are generated; "required" outputs are parsed when
+    complete (the calls' boundaries are known only then) and sent as one delta per call; "auto"
+    streams its text as content up to the first "<tool_call>" tag, then sends the calls (and any
+    text after them) when the output is complete."""
 
     def __init__(self, plan: ToolPlan) -> None:
         self.plan = plan
         self.text = ""
+        self.sent = 0  # auto: characters of text already sent as content
         self.calls = 0
 
     def deltas(self, new_text: str, finished: bool) -> list[dict[str, Any]]:
@@ -206,11 +220,33 @@ class ToolCallStream:
                 out.append({"tool_calls": [{"index": 0, "function": {"arguments": new_text}}]})
             return out
         self.text += new_text
+        if self.plan.mode == "auto":
+            return self._auto(finished)
         if not finished:
             return []
         content, calls = parse_tool_calls(self.plan, self.text)
         self.calls = len(calls)
         out = [{"content": content}] if content else []
+        out += [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(calls)]
+        return out
+
+    def _auto(self, finished: bool) -> list[dict[str, Any]]:
+        tag = self.text.find(_OPEN)
+        out: list[dict[str, Any]] = []
+        if not finished:
+            until = tag if tag >= 0 else len(self.text) - _held_back(self.text)
+            if until > self.sent:
+                out.append({"content": self.text[self.sent : until]})
+                self.sent = until
+            return out
+        _, calls = parse_tool_calls(self.plan, self.text)
+        self.calls = len(calls)
+        rest = self.text[self.sent :]
+        if calls:
+            rest = _HERMES.sub("", rest)
+            rest = rest if rest.strip() else ""
+        if rest:
+            out.append({"content": rest})
         out += [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(calls)]
         return out
 
