@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -114,6 +115,7 @@ class Engine:
         # iteration_tokens_total histogram. Runs on the stepping thread.
         self.on_step: Callable[[int], None] | None = None
         self._grammars: GrammarCompiler | None = None
+        self._grammars_lock = threading.Lock()
         self.grammar_mask_seconds = 0.0  # time spent computing and applying grammar masks
         self.grammar_mask_steps = 0  # steps that masked at least one row
         self.speculator = optimized.speculator
@@ -172,8 +174,11 @@ class Engine:
     @property
     def grammars(self) -> GrammarCompiler:
         """The grammar compiler over this model's tokenizer (built on first use; its cache is per spec)."""
-        if self._grammars is None:
-            self._grammars = GrammarCompiler(self.model.tokenizer.to_json(), self.model.config.vocab_size, self._eos)
+        with self._grammars_lock:  # the server's planning threads and the engine thread both get here
+            if self._grammars is None:
+                self._grammars = GrammarCompiler(
+                    self.model.tokenizer.to_json(), self.model.config.vocab_size, self._eos
+                )
         return self._grammars
 
     def check_grammar(self, spec: GrammarSpec) -> None:
