@@ -85,7 +85,8 @@ def test_chat_options(limits):
     assert plan.choices[0].params.logprobs == 3 and plan.choices[0].params.stop == ("\n",)
     assert chat(limits).choices[0].params.logprobs is None
     assert refusal(chat, limits, top_logprobs=2).param == "top_logprobs"
-    assert refusal(chat, limits, response_format={"type": "json_object"}).param == "response_format"
+    assert refusal(chat, limits, response_format={"type": "xml"}).param == "response_format"
+    assert chat(limits, response_format={"type": "json_object"}).choices[0].params.grammar.kind == "json_object"
 
 
 def test_a_template_that_writes_bos_gets_no_second_one(limits):

@@ -74,6 +74,9 @@ class Settings(BaseModel):
     # model's generation_config.json (its temperature, top_p, top_k, min_p, repetition_penalty,
     # max_new_tokens); "vllm", the OpenAI API's defaults (temperature 1, no cuts, no penalty).
     generation_config: Literal["auto", "vllm"] = "auto"
+    # How tool_choice "auto" reads tool calls out of the model's text (vLLM's --tool-call-parser);
+    # None: "auto" is refused, "required" and named functions work regardless (tandem.serve.tools).
+    tool_call_parser: Literal["hermes"] | None = None
 
     # Where and for whom.
     host: str = "127.0.0.1"

@@ -4,13 +4,14 @@ from tandem.engine.async_engine import AsyncEngine
 from tandem.engine.batcher import Batcher, StepPlan
 from tandem.engine.engine import Engine, EngineConfig, PromptTooLongError, RequestError
 from tandem.engine.outputs import RequestMetrics, RequestOutput, TokenLogprob
-from tandem.engine.sampling_params import SamplingParams
+from tandem.engine.sampling_params import GrammarSpec, SamplingParams
 
 __all__ = [
     "AsyncEngine",
     "Batcher",
     "Engine",
     "EngineConfig",
+    "GrammarSpec",
     "PromptTooLongError",
     "RequestError",
     "RequestMetrics",

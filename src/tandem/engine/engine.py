@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -22,11 +23,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from tandem.engine.batcher import Batcher, StepPlan
+from tandem.engine.grammar import GrammarCompiler, GrammarError
+from tandem.engine.grammar_mask import apply_grammars
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
 from tandem.engine.processors import LogitsRow, bad_words_token_ids, process_logits
 from tandem.engine.sampler import logprob_entries, new_generator, sample
-from tandem.engine.sampling_params import SamplingParams
+from tandem.engine.sampling_params import GrammarSpec, SamplingParams
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback, verify
 from tandem.engine.step_batch import StepBatch
@@ -111,6 +114,10 @@ class Engine:
         # Told each step's tokens (prompt tokens prefilled + tokens generated): the server's
         # iteration_tokens_total histogram. Runs on the stepping thread.
         self.on_step: Callable[[int], None] | None = None
+        self._grammars: GrammarCompiler | None = None
+        self._grammars_lock = threading.Lock()
+        self.grammar_mask_seconds = 0.0  # time spent computing and applying grammar masks
+        self.grammar_mask_steps = 0  # steps that masked at least one row
         self.speculator = optimized.speculator
         if self.speculator is not None:
             self.speculator.bind(num_slots, self.max_model_len)
@@ -141,6 +148,8 @@ class Engine:
         if params.bad_words:
             encode = self.model.tokenizer.encode
             seq.bad_word_ids = bad_words_token_ids(params.bad_words, lambda w: encode(w, add_special_tokens=False))
+        if params.grammar is not None:
+            seq.grammar = self.grammar_state(params.grammar)
         if not params.greedy:
             seq.generator = new_generator(params.seed)
         self._live[request_id] = seq
@@ -161,6 +170,29 @@ class Engine:
                 "and at least one must remain for the output"
             )
         return ids
+
+    @property
+    def grammars(self) -> GrammarCompiler:
+        """The grammar compiler over this model's tokenizer (built on first use; its cache is per spec)."""
+        with self._grammars_lock:  # the server's planning threads and the engine thread both get here
+            if self._grammars is None:
+                self._grammars = GrammarCompiler(
+                    self.model.tokenizer.to_json(), self.model.config.vocab_size, self._eos
+                )
+        return self._grammars
+
+    def check_grammar(self, spec: GrammarSpec) -> None:
+        """Raise RequestError naming what is wrong with a grammar spec (safe from any thread)."""
+        try:
+            self.grammars.check(spec)
+        except GrammarError as exc:
+            raise RequestError(str(exc)) from None
+
+    def grammar_state(self, spec: GrammarSpec):
+        try:
+            return self.grammars.state(spec)
+        except GrammarError as exc:
+            raise RequestError(str(exc)) from None
 
     def validate_params(self, params: SamplingParams) -> None:
         """Check what SamplingParams cannot check alone: token ids within this model's vocabulary."""
@@ -247,6 +279,13 @@ class Engine:
         if rows:
             drafted = spec.propose([decode[i] for i in rows], [lengths[i] for i in rows])
             for i, proposal in zip(rows, drafted, strict=True):
+                grammar = decode[i].grammar
+                if grammar is not None and proposal.tokens:
+                    # Drafts past the first token the grammar forbids would be rejected anyway: not
+                    # verified at all (an n-gram lookup knows nothing of the grammar).
+                    keep = grammar.valid_prefix(proposal.tokens)
+                    probs = proposal.probs[:keep] if proposal.probs is not None else None
+                    proposal = Proposal(proposal.tokens[:keep], probs)
                 proposals[i] = proposal if proposal.tokens else None
         return proposals
 
@@ -310,9 +349,8 @@ class Engine:
             logprobs = torch.log_softmax(logits[: len(targets)], dim=-1)
             seq.prompt_logprobs += logprob_entries(logprobs, targets, seq.params.prompt_logprobs)
 
-    @staticmethod
     def _process(
-        plain: list[tuple[Sequence, torch.Tensor]], verified: list[tuple[Sequence, Proposal, torch.Tensor]]
+        self, plain: list[tuple[Sequence, torch.Tensor]], verified: list[tuple[Sequence, Proposal, torch.Tensor]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(raw, processed) logits of every row, through the requests' processors in one batch: plain
         rows first, then each verified row's k + 1 positions, position j with the first j proposals
@@ -323,7 +361,13 @@ class Engine:
         rows = [LogitsRow(seq) for seq, _ in plain]
         rows += [LogitsRow(seq, tuple(p.tokens[:j])) for seq, p, lg in verified for j in range(len(lg))]
         raw = torch.cat(pieces)
-        return raw, process_logits(raw, rows)
+        processed = process_logits(raw, rows)
+        if any(row.seq.grammar is not None for row in rows):
+            started = time.perf_counter()
+            processed = apply_grammars(processed, rows, raw)
+            self.grammar_mask_seconds += time.perf_counter() - started
+            self.grammar_mask_steps += 1
+        return raw, processed
 
     def _sample(
         self, seqs: list[Sequence], logits: torch.Tensor, raw: torch.Tensor

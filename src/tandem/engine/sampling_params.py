@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["SamplingParams", "GREEDY_BELOW_TEMPERATURE", "MAX_LOGIT_BIAS", "REPETITION_PENALTY_RANGE"]
+__all__ = ["GrammarSpec", "SamplingParams", "GREEDY_BELOW_TEMPERATURE", "MAX_LOGIT_BIAS", "REPETITION_PENALTY_RANGE"]
 
 GREEDY_BELOW_TEMPERATURE = 1e-5
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value (either sign)
@@ -17,6 +17,22 @@ REPETITION_PENALTY_RANGE = (0.01, 100.0)
 
 def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+GRAMMAR_KINDS = ("json", "json_object", "regex", "choice", "grammar")
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint on the output (tandem.engine.grammar compiles it): kind, and its text: a JSON
+    schema (json), a regex, a JSON list of strings (choice), a Lark or GBNF grammar; json_object: ""."""
+
+    kind: str
+    value: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in GRAMMAR_KINDS:
+            raise ValueError(f"grammar kind must be one of {', '.join(GRAMMAR_KINDS)}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,7 @@ class SamplingParams:
     min_tokens: int = 0  # EOS and stop_token_ids are impossible (and stop strings unchecked) before this many
     min_p: float = 0.0  # drop tokens less likely than min_p times the most likely one (after temperature)
     bad_words: tuple[str, ...] = ()  # words never generated (the engine tokenizes them as vLLM does)
+    grammar: GrammarSpec | None = None  # structured output: only tokens the grammar allows, EOS once it is complete
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -9,13 +9,22 @@ from typing import Protocol
 from tandem.engine.outputs import RequestMetrics, RequestOutput, TokenLogprob
 from tandem.engine.sampling_params import SamplingParams
 
-__all__ = ["Detokenizer", "Sequence", "SequenceStatus"]
+__all__ = ["Detokenizer", "Grammar", "Sequence", "SequenceStatus"]
 
 
 class Detokenizer(Protocol):
     """Token ids in, text out, one token at a time (tandem.model.IncrementalDetokenizer)."""
 
     def push(self, token_id: int) -> str: ...
+
+
+class Grammar(Protocol):
+    """A sequence's output constraint (tandem.engine.grammar.GrammarState)."""
+
+    @property
+    def finished(self) -> bool: ...
+
+    def consume(self, token_id: int) -> bool: ...
 
 
 class SequenceStatus(enum.Enum):
@@ -49,6 +58,8 @@ class Sequence:
     prompt_logprobs_sent: bool = False
     # params.bad_words as token sequences (tandem.engine.processors.bad_words_token_ids), set at admission
     bad_word_ids: tuple[tuple[int, ...], ...] = ()
+    # params.grammar's matcher, set at admission; advanced by every appended token
+    grammar: Grammar | None = None
 
     @property
     def all_ids(self) -> list[int]:
@@ -79,6 +90,8 @@ class Sequence:
         if logprob is not None:
             self.pending_logprobs.append(logprob)
         params = self.params
+        if self.grammar is not None:
+            self.grammar.consume(token_id)
         may_stop = len(self.output_ids) >= params.min_tokens  # the processors keep EOS out before that
         is_eos = token_id in self.eos_ids and not params.ignore_eos
         if may_stop and (is_eos or token_id in params.stop_token_ids):
@@ -94,7 +107,9 @@ class Sequence:
                 self.text = self.text[: at + len(stop)] if params.include_stop_str_in_output else self.text[:at]
                 self.finish("stop", stop)
                 return
-        if len(self.output_ids) >= params.max_tokens or self.length >= self.max_len:
+        if self.grammar is not None and self.grammar.finished:
+            self.finish("stop")  # the output is complete: EOS is all the grammar allows (or it failed)
+        elif len(self.output_ids) >= params.max_tokens or self.length >= self.max_len:
             self.finish("length")
 
     def finish(self, reason: str, stop_reason: str | int | None = None) -> None:

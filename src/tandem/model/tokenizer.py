@@ -72,13 +72,19 @@ class Tokenizer:
             return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def to_json(self) -> str:
+        """The tokenizer as tokenizer.json text (what a grammar engine builds its token trie from)."""
+        return self._tok.to_str()
+
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._tok.id_to_token(token_id)
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[Any] | None = None
+    ) -> str:
         if not self.chat_template:
             raise ChatTemplateError("this model's tokenizer_config.json has no chat_template")
         limits = self.template_limits
@@ -100,6 +106,8 @@ class Tokenizer:
             "bos_token": self.bos_token or "",
             "eos_token": self.eos_token or "",
         }
+        if tools:
+            context["tools"] = tools  # what transformers passes: the request's tool definitions
         try:
             return render_limited(self._compiled, context, limits)
         except ChatTemplateError:

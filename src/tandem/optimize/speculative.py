@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from tandem.data.bundled import bundled_draft_dir
+from tandem.engine.grammar_mask import apply_grammars
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.processors import LogitsRow, process_logits
 from tandem.engine.sampler import filtered_probs
@@ -98,7 +99,9 @@ class DraftModelSpeculator:
         for step in range(max(lengths)):
             # The request's processors (penalties, bans) on the draft too, so it proposes what the
             # target will keep; verification is exact either way.
-            logits = process_logits(logits, [LogitsRow(seqs[i], tuple(tokens[i])) for i in active])
+            rows = [LogitsRow(seqs[i], tuple(tokens[i])) for i in active]
+            # and the grammar's mask, so a constrained row proposes only tokens the grammar allows
+            logits = apply_grammars(process_logits(logits, rows), rows)
             for j, i in enumerate(active):
                 seq = seqs[i]
                 if seq.params.greedy:

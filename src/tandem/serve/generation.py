@@ -16,7 +16,16 @@ from tandem.serve.plan import Choice, Plan
 from tandem.serve.served import ServedModel
 from tandem.serve.streaming import merge
 
-__all__ = ["Generation", "ChoiceResult"]
+__all__ = ["Generation", "ChoiceResult", "cached_prompt_tokens"]
+
+
+def cached_prompt_tokens(plan: Plan, cached: dict[int, int]) -> int:
+    """Prompt tokens served from the prefix cache, counted once per prompt as usage counts prompt
+    tokens: the first choice's of each prompt (cached: choice index -> its cached tokens)."""
+    first = {}
+    for choice in plan.choices:
+        first.setdefault(choice.prompt_index, choice.index)
+    return sum(cached.get(index, 0) for index in first.values())
 
 
 @dataclass
@@ -30,6 +39,7 @@ class ChoiceResult:
     stop_reason: str | int | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)
     prompt_logprobs: list[TokenLogprob | None] | None = None  # when the plan scores prompts (echo)
+    num_cached_tokens: int = 0  # prompt tokens the prefix cache served
 
 
 class Generation:
@@ -88,6 +98,7 @@ class Generation:
             async for choice, out in outputs:
                 result = results[choice.index]
                 result.text, result.num_tokens = out.text, len(out.token_ids)
+                result.num_cached_tokens = out.num_cached_tokens
                 result.logprobs.extend(out.logprobs or ())
                 if out.prompt_logprobs is not None:
                     result.prompt_logprobs = out.prompt_logprobs

@@ -23,13 +23,14 @@ from tandem.engine.async_engine import EngineStoppedError
 from tandem.engine.outputs import RequestOutput
 from tandem.serve import responses as R
 from tandem.serve.admission import Lease
-from tandem.serve.generation import ChoiceResult, Generation
+from tandem.serve.generation import ChoiceResult, Generation, cached_prompt_tokens
 from tandem.serve.kept_tracks import keep_key
 from tandem.serve.plan import Choice, Plan, plan_chat, plan_completion
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
 from tandem.serve.streaming import SSE_DONE, ClientDisconnected, SSEResponse, sse, until_disconnect
+from tandem.serve.tools import ToolCallStream, parse_tool_calls
 
 __all__ = ["build_router"]
 
@@ -63,6 +64,11 @@ def _stream_error(exc: Exception) -> bytes:
     )
 
 
+def _choice_usage(plan: Plan, choice, out) -> dict:
+    """stream_options.continuous_usage_stats: one choice's usage so far, on each of its chunks (vLLM's)."""
+    return R.usage(len(plan.prompts[choice.prompt_index]), len(out.token_ids), out.num_cached_tokens)
+
+
 def _computing_top1(plan: Plan) -> Plan:
     """The plan with its one choice computing each token's logprob and top-1 (for a kept track)."""
     (choice,) = plan.choices
@@ -73,7 +79,7 @@ def _computing_top1(plan: Plan) -> Plan:
 Keep = Callable[[str, list], None]  # (the completion's text, its TokenLogprobs) -> kept for the gate
 
 
-ChunkOf = Callable[[Choice, RequestOutput], dict | None]  # an output -> the event that sends it (None: nothing new)
+ChunkOf = Callable[[Choice, RequestOutput], list[dict]]  # an output -> the events that send it (none: nothing new)
 
 
 async def _events(
@@ -84,22 +90,28 @@ async def _events(
     first: tuple[dict, ...] = (),
 ) -> AsyncIterator[bytes]:
     """One answer's server-sent events: `first`, then `chunk_of` each output, then usage if asked, then [DONE].
+    With stream_options.continuous_usage_stats every event of a choice carries its usage so far (vLLM's).
     An error mid-stream is an error event (and [DONE]), never a cut connection."""
-    tokens = {c.index: 0 for c in gen.plan.choices}
+    plan = gen.plan
+    tokens = {c.index: 0 for c in plan.choices}
+    cached: dict[int, int] = {}
+    continuous = bool(body.stream_options and body.stream_options.continuous_usage_stats)
     for chunk in first:
         yield sse(chunk)
     try:
         async with aclosing(gen.outputs()) as outputs:
             async for choice, out in outputs:
                 tokens[choice.index] = len(out.token_ids)
-                chunk = chunk_of(choice, out)
-                if chunk is not None:
+                cached[choice.index] = out.num_cached_tokens
+                for chunk in chunk_of(choice, out):
+                    if continuous:
+                        chunk["usage"] = _choice_usage(plan, choice, out)
                     yield sse(chunk)
     except Exception as exc:
         yield _stream_error(exc)
     else:
         if body.stream_options and body.stream_options.include_usage:
-            yield sse(usage(R.usage(gen.plan.num_prompt_tokens, sum(tokens.values()))))
+            yield sse(usage(R.usage(plan.num_prompt_tokens, sum(tokens.values()), cached_prompt_tokens(plan, cached))))
     yield SSE_DONE
 
 
@@ -129,25 +141,38 @@ def _completion_events(
         if logprobs is not None:
             offsets[choice.index] += sum(len(t) for t in logprobs["tokens"])
         if not (text or out.finished or (logprobs and logprobs["tokens"])):
-            return None
+            return []
         finish = out.finish_reason if out.finished else None
-        return R.completion_chunk(rid, created, served.name, choice.index, text, finish, logprobs, out.stop_reason)
+        return [R.completion_chunk(rid, created, served.name, choice.index, text, finish, logprobs, out.stop_reason)]
 
     return _events(gen, body, chunk_of, lambda use: R.usage_chunk(rid, "text_completion", created, served.name, use))
 
 
 def _chat_events(gen: Generation, body: ChatCompletionRequest, created: int, rid: str) -> AsyncIterator[bytes]:
-    served = gen.served
+    served, plan = gen.served, gen.plan
+    calls = {c.index: ToolCallStream(plan.tools) for c in plan.choices} if plan.tools is not None else None
 
-    def chunk_of(choice: Choice, out: RequestOutput) -> dict | None:
+    def chunk_of(choice: Choice, out: RequestOutput) -> list[dict]:
         logprobs = None
         if choice.params.logprobs is not None:
             logprobs = R.chat_logprobs(out.logprobs or [], served.token_text)
+        if calls is not None:  # the text is read as tool calls (tandem.serve.tools)
+            stream = calls[choice.index]
+            events = [
+                R.chat_chunk(rid, created, served.name, choice.index, delta, None, None)
+                for delta in stream.deltas(out.new_text, out.finished)
+            ]
+            if out.finished or (logprobs and logprobs["content"]):
+                reason = stream.finish_reason(out.finish_reason) if out.finished else None
+                events.append(
+                    R.chat_chunk(rid, created, served.name, choice.index, {}, reason, logprobs, out.stop_reason)
+                )
+            return events
         if not (out.new_text or out.finished or (logprobs and logprobs["content"])):
-            return None
+            return []
         delta = {"content": out.new_text} if out.new_text else {}
         finish = out.finish_reason if out.finished else None
-        return R.chat_chunk(rid, created, served.name, choice.index, delta, finish, logprobs, out.stop_reason)
+        return [R.chat_chunk(rid, created, served.name, choice.index, delta, finish, logprobs, out.stop_reason)]
 
     # The role first, as OpenAI does; clients get their first byte at once.
     role = {"role": "assistant", "content": ""}
@@ -230,7 +255,8 @@ def build_router(state: ServerState) -> APIRouter:
             choices.append(R.completion_choice(r.choice.index, text, r.finish_reason, logprobs, r.stop_reason))
         if keep is not None:
             keep(results[0].text, results[0].logprobs)
-        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
+        cached = cached_prompt_tokens(plan, {r.choice.index: r.num_cached_tokens for r in results})
+        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results), cached)
         return JSONResponse(R.completion_body(rid, created, served.name, choices, use), headers=said)
 
     @router.post("/v1/chat/completions", response_model=None)
@@ -252,8 +278,10 @@ def build_router(state: ServerState) -> APIRouter:
         choices = []
         for r in results:
             logprobs = R.chat_logprobs(r.logprobs, served.token_text) if body.logprobs else None
-            choices.append(R.chat_choice(r.choice.index, r.text, r.finish_reason, logprobs, r.stop_reason))
-        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
+            content, calls = parse_tool_calls(plan.tools, r.text) if plan.tools is not None else (r.text, [])
+            choices.append(R.chat_choice(r.choice.index, content, r.finish_reason, logprobs, r.stop_reason, calls))
+        cached = cached_prompt_tokens(plan, {r.choice.index: r.num_cached_tokens for r in results})
+        use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results), cached)
         return JSONResponse(R.chat_body(rid, created, served.name, choices, use))
 
     return router

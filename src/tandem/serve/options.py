@@ -41,6 +41,13 @@ _OPTIONS = [
         "OpenAI API's (temperature 1).  [default: auto]",
     ),
     click.option(
+        "--tool-call-parser",
+        type=click.Choice(["hermes"]),
+        default=None,
+        help="How tool_choice 'auto' reads the model's tool calls: hermes, <tool_call>{json}</tool_call> "
+        "(default: none; 'required' and named functions need none).",
+    ),
+    click.option(
         "--max-model-len",
         type=click.IntRange(min=2),
         default=None,

@@ -28,13 +28,6 @@ _VLLM_SHARED: dict[str, tuple[Any, ...]] = {
     "skip_special_tokens": (True,),  # tandem's text never holds special tokens
     "spaces_between_special_tokens": (True,),
     "truncate_prompt_tokens": (),
-    "guided_json": (),
-    "guided_regex": (),
-    "guided_choice": (),
-    "guided_grammar": (),
-    "guided_decoding_backend": (),
-    "guided_whitespace_pattern": (),
-    "structured_outputs": (),
     "logits_processors": (),
     "priority": (0,),
     "request_id": (),
@@ -56,7 +49,6 @@ CHAT_NO_OPS: dict[str, tuple[Any, ...]] = {
     "chat_template_kwargs": (),
     "documents": (),
     # OpenAI's chat fields with no effect on a text-only model without tools or storage.
-    "parallel_tool_calls": (True, False),
     "store": (False,),
     "metadata": (),
     "service_tier": ("auto", "default"),

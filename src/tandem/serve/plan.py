@@ -7,15 +7,18 @@ found here, before any engine work starts, and raised as an APIError naming the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tandem.edge.errors import APIError
-from tandem.engine import PromptTooLongError, RequestError, SamplingParams
+from tandem.engine import GrammarSpec, PromptTooLongError, RequestError, SamplingParams
 from tandem.model import ChatTemplateError
 from tandem.serve.parameters import CHAT_NO_OPS, COMPLETION_NO_OPS, refuse_unimplemented
 from tandem.serve.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from tandem.serve.structured import check_grammar, requested_grammar
+from tandem.serve.tools import ToolPlan, hermes_text, plan_tools
 
 __all__ = [
     "Choice",
@@ -40,13 +43,17 @@ class ModelLimits:
     max_model_len: int
     encode: Callable[[str, bool], list[int]]  # (text, add_special_tokens) -> ids
     validate_ids: Callable[[list[int]], list[int]]  # raises RequestError (e.g. ids outside the vocabulary)
-    render_chat: Callable[[list[dict]], str]  # raises ChatTemplateError
+    render_chat: Callable[..., str]  # (messages[, tools]) -> text; raises ChatTemplateError
     bos_token: str | None = None
     decode: Callable[[list[int]], str] | None = None  # ids -> text (echo of a token-id prompt)
     vocab_size: int | None = None  # logit_bias ids must be below it
     # What an omitted sampling field becomes (request field -> value), from the model's
     # generation_config.json unless --generation-config vllm; missing keys: the OpenAI API's defaults.
     sampling_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # Compiles a grammar spec (cached), raising RequestError naming its problem; None: no checks.
+    check_grammar: Callable[[GrammarSpec], None] | None = None
+    tool_call_parser: str | None = None  # --tool-call-parser: how tool_choice "auto" reads the model's calls
+    template_renders_tool_calls: bool = True  # else an assistant's tool_calls are written into its content
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class Plan:
     choices: list[Choice]
     echo: bool = False  # completions: each choice's text (and logprobs) start with its prompt's
     prompt_texts: tuple[str, ...] = ()  # with echo: each prompt as text
+    tools: ToolPlan | None = None  # chat with tool_choice other than "none": the output is read as tool calls
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -85,13 +93,6 @@ def _refuse_unsupported(req: CompletionRequest | ChatCompletionRequest) -> None:
         unsupported += [
             ("suffix", req.suffix is not None),
             ("best_of", req.best_of is not None and req.best_of != req.n),
-        ]
-    else:
-        fmt = (req.response_format or {}).get("type", "text")
-        unsupported += [
-            ("tools", bool(req.tools)),
-            ("tool_choice", req.tool_choice not in (None, "none", "auto")),
-            ("response_format", fmt != "text"),
         ]
     for name, used in unsupported:
         if used:
@@ -177,6 +178,7 @@ def _sampling_params(
     choice: int,
     logprobs: int | None,
     prompt_logprobs: int | None = None,
+    grammar: GrammarSpec | None = None,
 ) -> SamplingParams:
     seed = req.seed
     if seed is not None and choice:
@@ -208,6 +210,7 @@ def _sampling_params(
             include_stop_str_in_output=req.include_stop_str_in_output,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
+            grammar=grammar,
         )
     except ValueError as exc:  # the schema's ranges catch most; cross-field rules (min_tokens) land here
         name = str(exc).split(" ", 1)[0]
@@ -239,6 +242,7 @@ def plan_completion(req: CompletionRequest, limits: ModelLimits, *, max_n: int, 
         )
     prompts = req.prompts()
     _check_count(req.n, len(prompts), max_n, capacity)
+    grammar = _grammar(requested_grammar(req), limits)
     # echo with logprobs scores the prompt too (teacher forcing, as OpenAI's legacy API and vLLM).
     prompt_logprobs = req.logprobs if req.echo else None
     choices, all_ids, texts = [], [], []
@@ -251,9 +255,17 @@ def plan_completion(req: CompletionRequest, limits: ModelLimits, *, max_n: int, 
         default = limits.sampling_defaults.get("max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
         max_tokens = _max_tokens(limits, req.max_tokens, len(ids), default, "max_tokens", "prompt")
         for j in range(req.n):
-            params = _sampling_params(req, limits, max_tokens, j, req.logprobs, prompt_logprobs)
+            params = _sampling_params(req, limits, max_tokens, j, req.logprobs, prompt_logprobs, grammar)
             choices.append(Choice(p_index * req.n + j, p_index, params))
     return Plan(all_ids, choices, echo=req.echo, prompt_texts=tuple(texts))
+
+
+def _grammar(requested: tuple[str, GrammarSpec] | None, limits: ModelLimits) -> GrammarSpec | None:
+    if requested is None:
+        return None
+    param, spec = requested
+    check_grammar(param, spec, limits.check_grammar)
+    return spec
 
 
 def _decode(limits: ModelLimits, ids: list[int]) -> str:
@@ -268,21 +280,49 @@ def plan_chat(req: ChatCompletionRequest, limits: ModelLimits, *, max_n: int, ca
     _check_count(req.n, 1, max_n, capacity)
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs", code="invalid_value")
-    ids = _check_prompt(limits, chat_prompt_ids(limits, req.messages, req.add_special_tokens), "messages")
+    tools, tool_grammar = plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls, limits.tool_call_parser)
+    requested = requested_grammar(req)
+    if tool_grammar is not None and requested is not None:
+        raise APIError(
+            400,
+            f"{requested[0]}: one output constraint per request, and tool_choice {json.dumps(req.tool_choice)} is one",
+            param=requested[0],
+            code="invalid_value",
+        )
+    grammar = _grammar(tool_grammar or requested, limits)
+    prompt_ids = chat_prompt_ids(limits, req.messages, req.add_special_tokens, req.tools)
+    ids = _check_prompt(limits, prompt_ids, "messages")
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = _max_tokens(limits, requested, len(ids), limits.sampling_defaults.get("max_tokens"), param, "messages")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    choices = [Choice(j, 0, _sampling_params(req, limits, max_tokens, j, logprobs)) for j in range(req.n)]
-    return Plan([ids], choices)
+    choices = [
+        Choice(j, 0, _sampling_params(req, limits, max_tokens, j, logprobs, None, grammar)) for j in range(req.n)
+    ]
+    return Plan([ids], choices, tools=tools)
 
 
-def chat_prompt_ids(limits: ModelLimits, messages: list[ChatMessage], add_special_tokens: bool | None) -> list[int]:
-    """The token ids chat completions run for `messages` (the template's text with a generation prompt);
-    POST /tokenize counts the same. A ChatTemplateError is a 400 naming messages."""
-    rendered = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in messages]
+def _message(m: ChatMessage, limits: ModelLimits) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.text()}
+    if m.name:
+        out["name"] = m.name
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.tool_calls:
+        out["tool_calls"] = m.tool_calls
+        if not limits.template_renders_tool_calls:  # the calls must still reach the model
+            out["content"] = "\n".join(t for t in (out["content"], hermes_text(m.tool_calls)) if t)
+    return out
+
+
+def chat_prompt_ids(
+    limits: ModelLimits, messages: list[ChatMessage], add_special_tokens: bool | None, tools: list | None = None
+) -> list[int]:
+    """The token ids chat completions run for `messages` (the template's text with a generation prompt,
+    and the tools where given); POST /tokenize counts the same. A ChatTemplateError is a 400 naming messages."""
+    rendered = [_message(m, limits) for m in messages]
     try:
-        text = limits.render_chat(rendered)
+        text = limits.render_chat(rendered, tools) if tools else limits.render_chat(rendered)
     except ChatTemplateError as exc:
         raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
     if add_special_tokens is None:

@@ -28,12 +28,16 @@ __all__ = [
 TokenText = Callable[[int], str]
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+    """OpenAI's usage; with cached_tokens (prompt tokens the prefix cache served), its prompt_tokens_details."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return out
 
 
 def api_finish_reason(reason: str | None) -> str | None:
@@ -110,11 +114,20 @@ def completion_choice(
 
 
 def chat_choice(
-    index: int, text: str, finish_reason: str | None, logprobs: dict | None, stop_reason: str | int | None = None
+    index: int,
+    text: str | None,
+    finish_reason: str | None,
+    logprobs: dict | None,
+    stop_reason: str | int | None = None,
+    tool_calls: list[dict] | None = None,
 ) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:  # OpenAI's shape: content null (or the text beside the calls), finish_reason "tool_calls"
+        message["tool_calls"] = tool_calls
+        finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
     return {
         "index": index,
-        "message": {"role": "assistant", "content": text},
+        "message": message,
         "logprobs": logprobs,
         "finish_reason": api_finish_reason(finish_reason),
         "stop_reason": stop_reason,

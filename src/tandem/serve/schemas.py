@@ -55,6 +55,7 @@ def _reword(handler: ValidatorFunctionWrapHandler, value: Any, message: str) -> 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: usage (so far) on every chunk; guidellm always sends it
 
 
 class ContentPart(BaseModel):
@@ -75,6 +76,8 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls (tandem.serve.tools)
+    tool_call_id: str | None = None  # a tool result: the call it answers
 
     @field_validator("content", mode="wrap")
     @classmethod
@@ -118,6 +121,16 @@ class _SamplingFields(BaseModel):
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     include_stop_str_in_output: bool = False
+    # Structured output (tandem.serve.structured): OpenAI's response_format, vLLM's structured_outputs
+    # and its older guided_* names.
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: Any = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None
+    guided_whitespace_pattern: str | None = None
 
     @field_validator("stop", mode="wrap")
     @classmethod
@@ -172,9 +185,9 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    tools: list[Any] | None = None
+    tools: list[Any] | None = None  # tandem.serve.tools
     tool_choice: Any = None
-    response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
     # The tokenizer's special tokens around the rendered chat; default: a BOS unless the template wrote one.
     add_special_tokens: bool | None = None
 

@@ -110,10 +110,15 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
         max_model_len=engine.max_model_len,
         encode=lambda text, special: tokenizer.encode(text, add_special_tokens=special),
         validate_ids=engine.validate_prompt,
-        render_chat=lambda messages: tokenizer.apply_chat_template(messages, add_generation_prompt=True),
+        render_chat=lambda messages, tools=None: tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tools=tools
+        ),
         bos_token=tokenizer.bos_token,
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
         vocab_size=model.config.vocab_size,
+        check_grammar=engine.check_grammar,
+        tool_call_parser=config.tool_call_parser,
+        template_renders_tool_calls="tool_calls" in (tokenizer.chat_template or ""),
         sampling_defaults=_usable(sampling_defaults(model.generation_defaults))
         if config.generation_config == "auto"
         else {},
