@@ -65,8 +65,9 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
     "trace_name",
     default="conv",
     show_default=True,
-    help="'conv' (the bundled Azure conversation trace), 'bursty' (synthetic), or a CSV with "
-    "TIMESTAMP,ContextTokens,GeneratedTokens",
+    help="'conv' (the bundled Azure conversation trace), 'bursty' (synthetic), a CSV with "
+    "TIMESTAMP,ContextTokens,GeneratedTokens, or a Mooncake JSON-lines trace (.jsonl: timestamp ms, "
+    "input_length, output_length)",
 )
 @click.option("--start-s", type=click.FloatRange(min=0), default=0.0, help="Start this far into the trace.")
 @click.option("--duration-s", type=click.FloatRange(min=0, min_open=True), default=None, help="Only this long.")
