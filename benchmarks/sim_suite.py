@@ -35,7 +35,7 @@ from tandem.sim.trace import bursty_trace, compress, fit_context, load_trace
 HERE = Path(__file__).resolve().parent
 MOONCAKE = HERE.parent.parent / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
 PROFILE = HERE / "results" / "profiles" / "llama2-70b-h100.json"
-MINUTES = 20.0  # each trace's window (the suite's run time scales with it)
+MINUTES = 15.0  # each trace's window (the suite's run time scales with it)
 KEYS = ("replica_hours", "mean_replicas", "peak_replicas", "slo_attainment", "ttft_p99_s", "tpot_p99_s", "lost",
         "unserved")  # fmt: skip
 
@@ -48,7 +48,7 @@ def build(name: str, context: int):
     """(trace, split, description) of one suite trace."""
     d = MINUTES * 60
     if name == "conv-1x":
-        return [r for r in load_trace() if r.arrival_s < d], "tune", "Azure conversation hour, first 20 min"
+        return [r for r in load_trace() if r.arrival_s < d], "tune", "Azure conversation hour, first 15 min"
     if name == "conv-4x":
         return [r for r in compress(load_trace(), 4.0) if r.arrival_s < d], "held-out", "Azure conversation at 4x"
     if name == "bursty-10x10s":
@@ -69,7 +69,7 @@ def build(name: str, context: int):
         trace, _ = fit_context(long_context_trace(d, 6.0, seed=1, wobble=0.5), context)
         return trace, "held-out", "long-context conversation, 6 req/s, +-50%"
     if name == "diurnal":
-        return diurnal_trace(d, 6.0, 0.8, seed=5), "held-out", "a day compressed into 20 min, +-80%"
+        return diurnal_trace(d, 6.0, 0.8, seed=5), "held-out", "a day compressed into 15 min, +-80%"
     if name == "mooncake":
         trace, _ = fit_context(load_trace(MOONCAKE), context, quantile=0.5)
         trace = compress(trace, 1.0)
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--slo-ttft-s", type=float, default=5.0)
     parser.add_argument("--slo-tpot-s", type=float, default=0.1)
     parser.add_argument("--target", type=float, default=0.99)
-    parser.add_argument("--utilizations", default="0.4,0.6,0.8")
+    parser.add_argument("--utilizations", default="0.3,0.5,0.7")
     parser.add_argument("--traces", default=",".join(SUITE))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)

@@ -21,6 +21,8 @@
   its minute mean over the last `burst_memory_s` (`headroom.headroom`), of what each needs once a
   queue absorbs its share of the TTFT SLO; the observed SLO attainment (when the gateway reports it)
   corrects that headroom slowly (`headroom.feedback`). Longer rises are followed by the forecast.
+- Queueing (with `ttft_slo_s`): requests are discrete and hold a slot each, so the fleet is an M/G/c
+  queue of replicas x batch slots; square-root staffing adds `staffing_beta` x sqrt(busy slots).
 - Arrivals: counted as they come when the gateway counts them (`TokenDemand.arrived_*`), else
   estimated by flow conservation (below).
 - Scale-down is stabilized (the highest recommendation of the last 60 s); scale-up is immediate.
@@ -56,6 +58,7 @@ class CapacityParams:
     mean_window_s: float = 60.0  # ... against the mean of this long
     feedback: FeedbackGains | None = FeedbackGains()  # attainment feedback on the headroom (None: off)
     chunk_tokens: int = 512  # prompt tokens per engine iteration (chunked prefill), for the TTFT bound
+    staffing_beta: float = 1.0  # square-root staffing: beta x sqrt(slots busy) slots more (with ttft_slo_s)
     target_utilization: float = 1.0  # plan replicas busy at most this fraction of their capacity
     level_time_s: float = 20.0  # Holt level: time constant of its smoothing (0: none)
     trend_time_s: float = 120.0  # Holt trend: time constant (longer than a cold start: ramps, not noise)
@@ -150,7 +153,9 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         samples = (*trim_window(samples, ctx.now, params.mean_window_s + params.peak_window_s), (ctx.now, arriving))
         before = [v for t, v in samples if t <= ctx.now - params.peak_window_s] or [v for _, v in samples]
         base = statistics.median(before)
-        if base > 0:
+        # Only against a whole minute of traffic: a start from nothing is a ramp for the forecast, not a burst.
+        whole = samples[0][0] <= ctx.now - params.peak_window_s - 0.9 * params.mean_window_s
+        if base > 0 and whole and min(before) > 0:
             need = burst_need(arriving / base, params.peak_window_s, delay)
             peaks = (*trim_window(peaks, ctx.now, params.burst_memory_s), (ctx.now, need, arriving))
         room = headroom(peaks, params.headroom_quantile)
@@ -161,8 +166,16 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         observed = statistics.median(v for t, v in samples if t > ctx.now - params.mean_window_s)
     level, trend = holt(state.level, state.trend, state.updated_at, observed, ctx.now, params.level_time_s,
                         params.trend_time_s)  # fmt: skip
-    # The smoothed arrivals with their headroom, never below the backlog.
-    predicted = max(backlog, (level + trend * horizon) * room * gain, 0.0)
+    # The smoothed arrivals with their headroom, never below the backlog. Requests come one by one and hold
+    # a slot for a while, so a fleet of W replicas' work (W x batch slots busy) is an M/G/c queue: square-root
+    # staffing (Halfin-Whitt) keeps its waiting rare with beta x sqrt(W x batch) slots more, sqrt(W / batch) x beta replicas.
+    ahead = max(level + trend * horizon, 0.0)
+    if delay is not None:
+        ahead += params.staffing_beta * math.sqrt(ahead / max(cap.batch, 1))
+        # What is in flight already is served by the replicas it is on; a replica started for it would come a
+        # cold start too late. It keeps the fleet from shrinking under it, it does not grow it.
+        backlog = min(backlog, float(ctx.current_replicas))
+    predicted = max(backlog, ahead * room * gain, 0.0)
 
     tier = tier_replicas(profile, params)
     raw = max(_replicas(predicted, params, ctx.limits.max_replicas), tier)

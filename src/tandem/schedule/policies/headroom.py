@@ -12,9 +12,9 @@ is the traffic's own business, so it is measured, not set:
   carried: to keep `quantile` of the *requests* within the SLO, the fleet must absorb the bursts
   that carry more than 1 - quantile of the work, however rare they are in time.
 - `feedback` multiplies it by a gain that the observed attainment (`attainment_window`: the share of
-  the requests of the last five minutes that met the SLO) moves slowly: below target the
+  the requests of the last two minutes that met the SLO) moves slowly: below target the
   gain grows by `exp(dt / raise_time_s)` per tick, comfortably above it (`target + comfort x
-  (1 - target)`) it shrinks by `exp(-dt / lower_time_s)`, within [gain_min, gain_max]: e-fold in
+  (1 - target)`) it shrinks by `exp(-dt / lower_time_s)`, within [gain_min, gain_max] ([0.8, 1.3]): e-fold in
   10 minutes up, 15 minutes down, so the gain corrects a persistent bias, never a single burst.
 """
 
@@ -52,12 +52,12 @@ def headroom(peaks: tuple[tuple[float, float, float], ...], quantile: float) -> 
 @dataclass(frozen=True)
 class FeedbackGains:
     target: float = 0.99  # the SLO attainment the fleet is held to
-    comfort: float = 0.5  # above target + comfort x (1 - target) (99.5% for a 99% target) the gain comes down
+    comfort: float = 0.0  # above target + comfort x (1 - target) the gain comes down (0: anywhere above target)
     raise_time_s: float = 600.0  # under target: the gain grows e-fold in this long
     lower_time_s: float = 900.0  # comfortable: it shrinks e-fold in this long
     gain_min: float = 0.8
-    gain_max: float = 1.5
-    window_s: float = 300.0  # the attainment the gain follows: requests within the SLO, decayed over this long
+    gain_max: float = 1.3
+    window_s: float = 120.0  # the attainment the gain follows: requests within the SLO, decayed over this long
 
     def __post_init__(self) -> None:
         if not 0 < self.target < 1 or not 0 <= self.comfort <= 1:
