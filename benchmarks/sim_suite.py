@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shlex
 import sys
 import time
@@ -27,8 +28,14 @@ from pathlib import Path
 from tandem.contracts import Profile
 from tandem.data import ATTRIBUTION, CONVERSATION_TRACE, SPLITWISE_TIMINGS
 from tandem.sim.experiment import SimVariant, Slo, run_pair
-from tandem.sim.shapes import bimodal_lengths, code_completion_trace, diurnal_trace, heavy_tail_lengths
-from tandem.sim.shapes import long_context_trace, varying_rate_trace
+from tandem.sim.shapes import (
+    bimodal_lengths,
+    code_completion_trace,
+    diurnal_trace,
+    heavy_tail_lengths,
+    long_context_trace,
+    varying_rate_trace,
+)
 from tandem.sim.simulator import SimConfig
 from tandem.sim.trace import bursty_trace, compress, fit_context, load_trace
 
@@ -149,11 +156,14 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         runs = list(pool.map(one, jobs))
     wall = time.perf_counter() - started
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = children.ru_utime + children.ru_stime  # the workers' CPU seconds: what an idle machine would take
     table = summarize(runs, args.target)
     payload = {
         "command": shlex.join([".venv/bin/python", *sys.argv]),
         "load": Path("/proc/loadavg").read_text().split()[:3],
         "wall_s": wall,
+        "cpu_s": cpu,
         "workers": args.workers,
         "minutes_per_trace": MINUTES,
         "slo": {"ttft_s": args.slo_ttft_s, "tpot_s": args.slo_tpot_s, "target": args.target},
@@ -167,7 +177,7 @@ def main() -> None:
     args.out.write_text(json.dumps(payload, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(table) + "\n")
     print(markdown(table))
-    print(f"{len(jobs)} simulations in {wall:.0f} s ({args.workers} workers)", file=sys.stderr)
+    print(f"{len(jobs)} simulations in {wall:.0f} s ({args.workers} workers, {cpu:.0f} CPU s)", file=sys.stderr)
 
 
 if __name__ == "__main__":

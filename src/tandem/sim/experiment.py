@@ -43,8 +43,8 @@ from tandem.schedule.policies import (
     tier_replicas,
 )
 from tandem.schedule.variant import Variant
-from tandem.sim.simulator import SimConfig, SimResult, simulate
 from tandem.sim.oracle import oracle_params
+from tandem.sim.simulator import SimConfig, SimResult, simulate
 from tandem.sim.sizing import StaticSizing, demand_series, quiet_demand, static_peak_replicas, trace_capacity
 from tandem.sim.trace import TraceRequest
 

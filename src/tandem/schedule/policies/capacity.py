@@ -122,8 +122,15 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
             out_per_request = _ewma(out_per_request, demand.output_tokens_per_s / demand.requests_per_s, weight)
     prompt_per_request = max((seq_tokens or 0.0) - (out_per_request or 0.0), 0.0)
     delay = params.queue_share * params.ttft_slo_s if params.ttft_slo_s is not None else None
-    cap = slo_capacity(profile, params.tpot_slo_s * params.tpot_margin, mix or 0.0, seq_tokens or 0.0,
-                       prompt_tokens=prompt_per_request, ttft_budget_s=delay, chunk_tokens=params.chunk_tokens)  # fmt: skip
+    cap = slo_capacity(
+        profile,
+        params.tpot_slo_s * params.tpot_margin,
+        mix or 0.0,
+        seq_tokens or 0.0,
+        prompt_tokens=prompt_per_request,
+        ttft_budget_s=delay,
+        chunk_tokens=params.chunk_tokens,
+    )
 
     # Arrivals, by flow conservation: the growth of what is in flight plus what finished since the last
     # tick. The gateway counts a request's tokens when it finishes, which lags a burst and is capped by
@@ -162,13 +169,17 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         if params.feedback is not None:
             attained = attainment_window(attained, demand.slo_attainment, demand.requests_per_s, dt,
                                          params.feedback)  # fmt: skip
-            gain = feedback(gain, attained[0] / attained[1] if attained[1] > 0 else None, dt, params.feedback)
+            share = attained[0] / attained[1] if attained[1] > 0 else None
+            if share is not None and share < params.feedback.target and ctx.ready_replicas < ctx.current_replicas:
+                share = None  # misses while replicas are still starting are the forecast's, not the headroom's
+            gain = feedback(gain, share, dt, params.feedback)
         observed = statistics.median(v for t, v in samples if t > ctx.now - params.mean_window_s)
     level, trend = holt(state.level, state.trend, state.updated_at, observed, ctx.now, params.level_time_s,
                         params.trend_time_s)  # fmt: skip
     # The smoothed arrivals with their headroom, never below the backlog. Requests come one by one and hold
     # a slot for a while, so a fleet of W replicas' work (W x batch slots busy) is an M/G/c queue: square-root
-    # staffing (Halfin-Whitt) keeps its waiting rare with beta x sqrt(W x batch) slots more, sqrt(W / batch) x beta replicas.
+    # staffing (Halfin-Whitt) keeps its waiting rare with beta x sqrt(W x batch) slots more: beta x sqrt(W / batch)
+    # replicas.
     ahead = max(level + trend * horizon, 0.0)
     if delay is not None:
         ahead += params.staffing_beta * math.sqrt(ahead / max(cap.batch, 1))

@@ -62,7 +62,7 @@ class FeedbackGains:
     def __post_init__(self) -> None:
         if not 0 < self.target < 1 or not 0 <= self.comfort <= 1:
             raise ValueError("feedback needs a target in (0, 1) and comfort in [0, 1]")
-        if self.raise_time_s <= 0 or self.lower_time_s <= 0 or self.window_s <= 0 or not 0 < self.gain_min <= 1 <= self.gain_max:
+        if min(self.raise_time_s, self.lower_time_s, self.window_s) <= 0 or not 0 < self.gain_min <= 1 <= self.gain_max:
             raise ValueError("feedback needs positive time constants and gain_min <= 1 <= gain_max")
 
 

@@ -36,6 +36,6 @@ def oracle(ctx: ScaleContext, params: OracleParams = OracleParams()) -> tuple[in
         return apply_limits(ctx.limits.min_replicas, ctx, ctx.state)
     first = max(bisect.bisect_right(params.starts, ctx.now) - 1, 0)  # the window now is in
     last = bisect.bisect_right(params.starts, ctx.now + params.lookahead_s)
-    desired = max(params.replicas[first:max(last, first + 1)])
+    desired = max(params.replicas[first : max(last, first + 1)])
     state = replace(ctx.state, notes=(("scheduled", float(desired)),))
     return apply_limits(desired, ctx, state)

@@ -107,7 +107,11 @@ def slo_capacity(
 
 
 def admission_limit(
-    profile: Profile, tpot_slo_s: float, demand: TokenDemand, ttft_budget_s: float | None = None, chunk_tokens: int = 512
+    profile: Profile,
+    tpot_slo_s: float,
+    demand: TokenDemand,
+    ttft_budget_s: float | None = None,
+    chunk_tokens: int = 512,
 ) -> int | None:
     """The running sequences one replica should hold for the length mix the gateway sees now (the
     finished requests of its demand window): the SLO batch's `admit`. None while nothing finished."""
