@@ -71,6 +71,8 @@ class CapacityParams:
     arrival_time_s: float = 2.0  # time constant of the arrival rate's smoothing (0: none)
 
     def __post_init__(self) -> None:
+        if isinstance(self.feedback, dict):  # from a deployment file: `feedback: {target: 0.995, ...}`
+            object.__setattr__(self, "feedback", FeedbackGains(**self.feedback))
         if self.tpot_slo_s <= 0 or not 0 < self.target_utilization <= 1 or not 0 < self.tpot_margin <= 1:
             raise ValueError("capacity needs tpot_slo_s > 0, target_utilization and tpot_margin in (0, 1]")
         if self.level_time_s < 0 or self.trend_time_s < 0 or not 0 < self.mix_smoothing <= 1:
