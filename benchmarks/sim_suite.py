@@ -95,12 +95,13 @@ SUITE = ("conv-1x", "bursty-10x10s", "code-a", "long-a", "conv-4x", "bursty-5x30
 
 
 def one(job):
-    name, policy, utilization, slo_args = job
+    name, policy, utilization, slo_args, overrides = job
     profile = Profile.from_json(PROFILE.read_text())
     trace, split, _ = build(name, profile.max_model_len)
     slo = Slo(*slo_args)
     result = run_pair(trace, SimVariant("h100", profile), policy, slo, duration_s=MINUTES * 60,
-                      config=SimConfig(admission_cap=True), utilization=utilization or 0.7)  # fmt: skip
+                      config=SimConfig(admission_cap=True), utilization=utilization or 0.7,
+                      overrides=overrides if policy == "capacity" else None)  # fmt: skip
     row = result.row()
     return {"trace": name, "split": split, "policy": policy, "utilization": utilization,
             **{k: row[k] for k in KEYS}, "setup": row["setup"], "wall_s": row["wall_s"]}  # fmt: skip
@@ -145,13 +146,15 @@ def main() -> None:
     parser.add_argument("--utilizations", default="0.3,0.5,0.7")
     parser.add_argument("--traces", default=",".join(SUITE))
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--capacity-params", default="{}", help="JSON: capacity parameters to change")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     slo_args = (args.slo_ttft_s, args.slo_tpot_s, args.target)
+    overrides = json.loads(args.capacity_params)
     jobs = []
     for name in args.traces.split(","):
-        jobs += [(name, p, None, slo_args) for p in ("oracle", "capacity", "static-peak")]
-        jobs += [(name, p, float(u), slo_args) for p in ("hpa", "kpa") for u in args.utilizations.split(",")]
+        jobs += [(name, p, None, slo_args, overrides) for p in ("oracle", "capacity", "static-peak")]
+        jobs += [(name, p, float(u), slo_args, None) for p in ("hpa", "kpa") for u in args.utilizations.split(",")]
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         runs = list(pool.map(one, jobs))
@@ -166,6 +169,7 @@ def main() -> None:
         "cpu_s": cpu,
         "workers": args.workers,
         "minutes_per_trace": MINUTES,
+        "capacity_params": overrides,
         "slo": {"ttft_s": args.slo_ttft_s, "tpot_s": args.slo_tpot_s, "target": args.target},
         "splits": {s: sorted({r["trace"] for r in runs if r["split"] == s}) for s in ("tune", "held-out")},
         "table": table,

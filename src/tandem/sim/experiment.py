@@ -151,6 +151,7 @@ def _policy(
     max_replicas: int,
     utilization: float,
     margin: float = 1.0,
+    overrides: dict[str, Any] | None = None,
 ) -> tuple[Policy, ScaleLimits, dict[str, Any]]:
     profile = variant.profile
     cap = trace_capacity(trace, profile, slo.tpot_s)
@@ -177,6 +178,7 @@ def _policy(
             min_tier_prompt_tokens_per_s=quiet.prompt_tokens_per_s,
             min_tier_tokens_per_sequence=quiet.tokens_per_request,
         )
+        params = replace(params, **(overrides or {}))
         limits = ScaleLimits(min_replicas=1, max_replicas=max_replicas)
         setup = {"min_tier_replicas": tier_replicas(profile, params), "slo_batch": cap.batch,
                  "slo_output_tokens_per_s": cap.output_tokens_per_s}  # fmt: skip
@@ -203,8 +205,9 @@ def run_pair(
     node: NodeShape | None = None,
     max_replicas: int = 256,
     utilization: float = 0.7,
+    overrides: dict[str, Any] | None = None,
 ) -> PairResult:
-    """Simulate one (variant, policy) pair over `trace`."""
+    """Simulate one (variant, policy) pair over `trace` (`overrides`: capacity's parameters to change)."""
     started = time.perf_counter()
     duration = duration_s if duration_s is not None else (trace[-1].arrival_s if trace else 0.0)
     config = replace(config or SimConfig(), ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s)
@@ -219,7 +222,7 @@ def run_pair(
     tried = []
     for margin in ORACLE_MARGINS if policy == "oracle" else (1.0,):
         policy_fn, limits, setup = _policy(policy, variant, slo, trace, duration, config, max_replicas, utilization,
-                                           margin)  # fmt: skip
+                                           margin, overrides)  # fmt: skip
         result = simulate(
             trace, variant.variant(), policy_fn, limits, config=config, policy_name=policy, duration_s=duration,
             nodes_for=nodes_for,

@@ -59,6 +59,7 @@ class CapacityParams:
     feedback: FeedbackGains | None = FeedbackGains()  # attainment feedback on the headroom (None: off)
     chunk_tokens: int = 512  # prompt tokens per engine iteration (chunked prefill), for the TTFT bound
     staffing_beta: float = 1.0  # square-root staffing: beta x sqrt(slots busy) slots more (with ttft_slo_s)
+    queue_demand: bool = False  # a gateway queue that outlives the TTFT queueing budget grows the fleet (experiment)
     target_utilization: float = 1.0  # plan replicas busy at most this fraction of their capacity
     level_time_s: float = 20.0  # Holt level: time constant of its smoothing (0: none)
     trend_time_s: float = 120.0  # Holt trend: time constant (longer than a cold start: ramps, not noise)
@@ -189,6 +190,16 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         # cold start too late. It keeps the fleet from shrinking under it, it does not grow it.
         backlog = min(backlog, float(ctx.current_replicas))
     predicted = max(backlog, ahead * room * gain, 0.0)
+    queued_since = state.queued_since
+    if ctx.buffered <= 0:
+        queued_since = None
+    elif queued_since is None:
+        queued_since = ctx.now
+    if params.queue_demand and delay is not None and queued_since is not None and ctx.now - queued_since > delay:
+        # A queue older than the TTFT budget is not a burst draining: its work, spread over a cold start, is demand.
+        per_request = _work(profile, cap, out_per_request or 0.0, prompt_per_request)
+        if math.isfinite(per_request):
+            predicted += ctx.buffered * per_request / max(horizon, 1.0)
 
     tier = tier_replicas(profile, params)
     raw = max(_replicas(predicted, params, ctx.limits.max_replicas), tier)
@@ -202,6 +213,7 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         peaks=peaks,
         gain=gain,
         attained=attained,
+        queued_since=queued_since,
         level=level,
         trend=trend,
         updated_at=ctx.now,

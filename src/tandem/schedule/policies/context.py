@@ -95,6 +95,7 @@ class PolicyState:
     peaks: tuple[tuple[float, float, float], ...] = ()  # capacity: (time, burst need / minute mean, weight)
     gain: float = 1.0  # capacity: the attainment feedback's correction of the headroom
     attained: tuple[float, float] = (0.0, 0.0)  # capacity: (requests within the SLO, requests), decayed
+    queued_since: float | None = None  # capacity: since when requests have waited at the gateway without a break
     notes: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # last decision's inputs, for logs
 
 
