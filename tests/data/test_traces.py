@@ -45,3 +45,39 @@ def test_a_missing_or_malformed_trace_is_a_clear_error(tmp_path, content, messag
         path.write_text(content)
     with pytest.raises(ValueError, match=f"{path}.*{message}"):
         read_trace(path, timed=False)
+
+
+def test_a_mooncake_jsonl_trace_reads_milliseconds_as_seconds(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 40160, "output_length": 6, "hash_ids": [0, 1]}\n'
+        '\n{"timestamp": 1500, "input_length": 512, "output_length": 0, "hash_ids": [0]}\n'
+    )
+    assert read_trace(path) == [(0.0, 40160, 6), (1.5, 512, 0)]
+    assert read_trace(path, timed=False) == [(0.0, 40160, 6), (0.0, 512, 0)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"timestamp": 0, "input_length": 5}\n', ":1: missing key"),
+        ("not json\n", ":1: not a JSON object"),
+        ('{"timestamp": 0, "input_length": -1, "output_length": 1}\n', "token counts"),
+        ("", "no requests"),
+    ],
+)
+def test_a_bad_jsonl_trace_is_a_clear_error(tmp_path, text, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_trace(path)
+
+
+def test_the_shared_mooncake_trace_reads():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
+    if not path.is_file():
+        pytest.skip("../shared/data is not beside this checkout")
+    rows = read_trace(path)
+    assert len(rows) == 3993 and 1000 < rows[-1][0] < 1100  # 17 minutes

@@ -97,3 +97,16 @@ def test_make_router_by_name():
     assert isinstance(make_router("prefix-affinity", block_chars=8), PrefixAffinity)
     with pytest.raises(ValueError, match="unknown router"):
         make_router("round-robin")
+
+
+def test_admission_cap_leaves_full_replicas_alone_and_queues_when_all_are_full():
+    from tandem.schedule.routers import AdmissionCap
+
+    cap = [3]
+    router = AdmissionCap(LeastOutstanding(), lambda: cap[0])
+    replicas = [ReplicaLoad("a", "local", "v", 3, 0, 0.0, True), ReplicaLoad("b", "local", "v", 2, 0, 0.0, True)]
+    assert router.choose(RouteRequest(), replicas).replica_id == "b"
+    full = [ReplicaLoad("a", "local", "v", 3, 0, 0.0, True), ReplicaLoad("b", "local", "v", 2, 1, 0.0, True)]
+    assert router.choose(RouteRequest(), full) is None  # the request waits at the gateway
+    cap[0] = None  # no cap known yet: the inner router alone
+    assert router.choose(RouteRequest(), full).replica_id == "a"

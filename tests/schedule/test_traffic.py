@@ -87,3 +87,21 @@ def test_estimate_never_counts_fewer_than_the_gateway_has_in_flight():
     replica = FakeBackend(FakeClock()).start(ReplicaSpec(variant="v", recipe="r"))
     report = LoadReport(ReplicaLoad(replica.replica_id, "local", "v", 0, 0, 0.0, True), at=0.0, inflight=3)
     assert estimate(replica, report, inflight=2, reachable=True).running == 2
+
+
+def test_demand_meter_counts_arrivals_as_they_come_and_the_share_within_the_slo():
+    meter = DemandMeter(window_s=10.0)
+    meter.arrive("v", 1.0, prompt_tokens=2000)
+    meter.arrive("v", 2.0, prompt_tokens=1000)
+    meter.record("v", 3.0, prompt_tokens=2000, output_tokens=30, within_slo=True)
+    meter.record("v", 4.0, prompt_tokens=1000, output_tokens=30, within_slo=False)
+    rate = meter.rate("v", 5.0)
+    assert rate.arrived_requests_per_s == pytest.approx(0.2)
+    assert rate.arrived_prompt_tokens_per_s == pytest.approx(300.0)
+    assert rate.slo_attainment == pytest.approx(0.5)
+    later = meter.rate("v", 13.5)  # the arrivals left the window, the missed outcome is still in it
+    assert later.arrived_requests_per_s == 0.0 and later.slo_attainment == 0.0
+    plain = DemandMeter()
+    plain.record("v", 1.0, 10, 10)
+    assert plain.rate("v", 2.0).arrived_requests_per_s is None  # never fed: unknown, not zero
+    assert plain.rate("v", 2.0).slo_attainment is None

@@ -74,7 +74,10 @@ def test_capacity_is_ready_for_the_second_burst_before_it_comes(results):
     assert ready_at("capacity", 388) >= 3  # ... the second finds the room it needs waiting (10 s x 4 / 11 s)
     assert ready_at("kpa", 388) == 1  # a reactive policy has let it go by then
     assert second_burst("capacity") >= 0.99 > second_burst("kpa")
-    assert results["capacity"].sim.replica_seconds < results["static-peak"].sim.replica_seconds
+    # capacity v2: the unannounced first burst costs 13% of the requests, so the attainment feedback raises the
+    # headroom (by design) and square-root staffing adds its margin: within 25% of static-peak's cost here, no
+    # longer below it (v1 asserted below; see docs/planner.md).
+    assert results["capacity"].sim.replica_seconds < 1.25 * results["static-peak"].sim.replica_seconds
 
 
 def test_every_row_has_the_fields_of_the_json(results):

@@ -68,7 +68,9 @@ def test_capacity_policy_serves_the_trace_within_the_slo_for_a_fraction_of_a_sta
     result = simulate(trace, variant(), CAPACITY, LIMITS, config=config, duration_s=600)
     assert (result.served, result.lost, result.unserved) == (len(trace), 0, 0)
     assert result.slo_attainment >= 0.99
-    assert result.replica_seconds < 0.5 * LIMITS.max_replicas * 600  # vs 10 replicas all along
+    # vs 10 replicas all along (v1 asserted < 0.5; v2's attainment feedback and square-root staffing hold more
+    # on this quiet, noisy ten minutes: see docs/planner.md)
+    assert result.replica_seconds < 0.7 * LIMITS.max_replicas * 600
     assert result.timeline[-1][1] == LIMITS.min_replicas  # back to the floor once the traffic is gone
 
 

@@ -1,21 +1,27 @@
-"""The one reader of request-trace CSVs (the Azure LLM inference trace's columns), for `tandem sim`,
-`tandem bench` and `tandem gate` alike. Standard library only.
+"""The one reader of request traces, for `tandem sim`, `tandem bench` and `tandem gate` alike. Standard
+library only. Two formats, told apart by the file's suffix:
 
-A trace has ContextTokens and GeneratedTokens per request, and (for the simulator, which replays
-arrivals) TIMESTAMP: ISO 8601 as the Azure traces have it, or seconds. Every problem is a ValueError
-naming the file, and the line or the column at fault.
+- CSV (the Azure LLM inference trace's columns): ContextTokens and GeneratedTokens per request, and
+  (for the simulator, which replays arrivals) TIMESTAMP: ISO 8601 as the Azure traces have it, or seconds.
+- JSON lines (`.jsonl`, Mooncake's trace format, kvcache-ai/Mooncake FAST25-release): one object a line
+  with `timestamp` (milliseconds from the start), `input_length` and `output_length` (tokens); other
+  keys (`hash_ids`, the prompt's 512-token block ids) are ignored here.
+
+Every problem is a ValueError naming the file, and the line or the column at fault.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from datetime import datetime
 from pathlib import Path
 
-__all__ = ["LENGTH_COLUMNS", "TIMED_COLUMNS", "read_trace"]
+__all__ = ["JSONL_KEYS", "LENGTH_COLUMNS", "TIMED_COLUMNS", "read_trace"]
 
 LENGTH_COLUMNS = ("ContextTokens", "GeneratedTokens")
 TIMED_COLUMNS = ("TIMESTAMP", *LENGTH_COLUMNS)
+JSONL_KEYS = ("timestamp", "input_length", "output_length")  # Mooncake: ms, tokens, tokens
 
 
 def _timestamp(text: str) -> float:
@@ -29,6 +35,8 @@ def read_trace(path: str | Path, timed: bool = True) -> list[tuple[float, int, i
     """(timestamp in seconds, prompt tokens, output tokens) per row, in file order (timestamp 0.0
     when not `timed`, and the TIMESTAMP column is then not needed)."""
     path = Path(path)
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path, timed)
     columns = TIMED_COLUMNS if timed else LENGTH_COLUMNS
     expected = f"a CSV trace with columns {','.join(columns)}"
     if not path.exists():
@@ -56,6 +64,41 @@ def read_trace(path: str | Path, timed: bool = True) -> list[tuple[float, int, i
         raise ValueError(f"{path}: not UTF-8 text (expected {expected})") from None
     except csv.Error as exc:
         raise ValueError(f"{path}: not a readable CSV ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    if not rows:
+        raise ValueError(f"{path}: the trace has no requests")
+    return rows
+
+
+def _read_jsonl(path: Path, timed: bool) -> list[tuple[float, int, int]]:
+    """Mooncake's format: `timestamp` in ms (seconds here), `input_length`, `output_length`."""
+    keys = JSONL_KEYS if timed else JSONL_KEYS[1:]
+    expected = f"a JSON-lines trace with keys {', '.join(keys)}"
+    if not path.is_file():
+        raise ValueError(f"{path}: no such trace file (expected {expected})")
+    rows: list[tuple[float, int, int]] = []
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for line, text in enumerate(handle, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{line}: not a JSON object ({exc.msg})") from None
+                if not isinstance(row, dict) or any(k not in row for k in keys):
+                    raise ValueError(f"{path}:{line}: missing key(s) (expected {expected})")
+                try:
+                    stamp = float(row["timestamp"]) / 1000.0 if timed else 0.0
+                    prompt, output = int(row["input_length"]), int(row["output_length"])
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"{path}:{line}: bad row ({exc})") from None
+                if prompt < 0 or output < 0:
+                    raise ValueError(f"{path}:{line}: token counts must be >= 0")
+                rows.append((stamp, prompt, output))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text (expected {expected})") from None
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
     if not rows:

@@ -8,6 +8,9 @@ the chosen load, or None when no healthy replica is eligible.
 - `PowerOfTwo`: two distinct replicas at random, the less loaded of them (Mitzenmacher 2001).
 - `RegionAware`: the request's region first; spills to other regions only when all of its
   region's replicas are saturated (or it has none).
+- `AdmissionCap`: wraps any router; a replica already holding the cap's requests (the SLO batch for
+  the current length mix, `policies.slo.admission_limit`) takes no more, so the request waits at the
+  gateway: a fleet sized too small shows as TTFT, not as every running user's TPOT.
 - `PrefixAffinity`: rendezvous hash of the prompt's first block, so requests sharing a prefix land
   on the replica that has it cached, and adding or removing a replica moves only its share; when
   that replica is much busier than the least-loaded one, the least-loaded one instead.
@@ -17,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tandem.contracts import ReplicaLoad
 
 __all__ = [
+    "AdmissionCap",
     "LeastOutstanding",
     "PowerOfTwo",
     "PrefixAffinity",
@@ -62,6 +66,20 @@ def _least(candidates: Sequence[ReplicaLoad]) -> ReplicaLoad | None:
 class LeastOutstanding:
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaLoad]) -> ReplicaLoad | None:
         return _least(eligible(request, replicas))
+
+
+class AdmissionCap:
+    """`inner`'s choice among the replicas with fewer than `limit()` requests outstanding (None: no cap)."""
+
+    def __init__(self, inner: Router, limit: Callable[[], int | None]) -> None:
+        self.inner = inner
+        self.limit = limit
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaLoad]) -> ReplicaLoad | None:
+        cap = self.limit()
+        if cap is not None:
+            replicas = [r for r in replicas if outstanding(r) < cap]
+        return self.inner.choose(request, replicas)
 
 
 class PowerOfTwo:

@@ -127,23 +127,49 @@ class InFlight:
 
 
 class DemandMeter:
-    """Tokens per second by variant over the last `window_s` seconds (times passed in, never read)."""
+    """Tokens per second by variant over the last `window_s` seconds (times passed in, never read).
+
+    `record` counts finished requests (their tokens, and whether they met the SLO when the caller
+    knows); `arrive` counts requests as they come in (their prompt tokens), so a policy sees a burst
+    the moment it arrives rather than once the fleet has served it. Both are optional to feed: the
+    fields of TokenDemand they fill stay None when nothing was fed.
+    """
 
     def __init__(self, window_s: float = 10.0) -> None:
         self.window_s = window_s
         self._events: dict[str, deque[tuple[float, int, int]]] = {}
+        self._arrivals: dict[str, deque[tuple[float, int]]] = {}
+        self._outcomes: dict[str, deque[tuple[float, bool]]] = {}
 
-    def record(self, variant: str, now: float, prompt_tokens: int = 0, output_tokens: int = 0) -> None:
+    def record(
+        self, variant: str, now: float, prompt_tokens: int = 0, output_tokens: int = 0, within_slo: bool | None = None
+    ) -> None:
         """One finished (or failed) request's tokens; output tokens may also be recorded as they stream."""
         self._events.setdefault(variant, deque()).append((now, prompt_tokens, output_tokens))
+        if within_slo is not None:
+            self._outcomes.setdefault(variant, deque()).append((now, within_slo))
 
-    def rate(self, variant: str, now: float) -> TokenDemand:
-        events = self._events.get(variant)
-        if not events:
-            return TokenDemand()
+    def arrive(self, variant: str, now: float, prompt_tokens: int) -> None:
+        """One request arrived for `variant` with this many prompt tokens."""
+        self._arrivals.setdefault(variant, deque()).append((now, prompt_tokens))
+
+    def _trim(self, events: deque | None, now: float) -> deque:
         while events and events[0][0] <= now - self.window_s:
             events.popleft()
+        return events if events is not None else deque()
+
+    def rate(self, variant: str, now: float) -> TokenDemand:
+        events = self._trim(self._events.get(variant), now)
+        arrivals = self._trim(self._arrivals.get(variant), now) if variant in self._arrivals else None
+        outcomes = self._trim(self._outcomes.get(variant), now) if variant in self._outcomes else None
         prompt = sum(e[1] for e in events)
         output = sum(e[2] for e in events)
         requests = sum(1 for e in events if e[1])  # a request's prompt is recorded once, with its first event
-        return TokenDemand(prompt / self.window_s, output / self.window_s, requests / self.window_s)
+        return TokenDemand(
+            prompt / self.window_s,
+            output / self.window_s,
+            requests / self.window_s,
+            arrived_requests_per_s=len(arrivals) / self.window_s if arrivals is not None else None,
+            arrived_prompt_tokens_per_s=sum(a[1] for a in arrivals) / self.window_s if arrivals is not None else None,
+            slo_attainment=sum(1 for o in outcomes if o[1]) / len(outcomes) if outcomes else None,
+        )

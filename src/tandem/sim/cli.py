@@ -1,7 +1,7 @@
 """`tandem sim`: fleet economics. A trace through every (variant, policy) pair on a virtual clock.
 
     tandem sim --trace conv --variant fast=fast.json@0.10 --variant base=base.json@0.10 \\
-        --policies static-peak,hpa,kpa,capacity --slo-ttft-s 2 --slo-tpot-s 0.1 \\
+        --policies static-peak,hpa,kpa,capacity,oracle --slo-ttft-s 2 --slo-tpot-s 0.1 \\
         --json out.json --plot out.png --report out.html
 
 Torch-free: it imports the scheduling layer and the simulator only.
@@ -65,8 +65,9 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
     "trace_name",
     default="conv",
     show_default=True,
-    help="'conv' (the bundled Azure conversation trace), 'bursty' (synthetic), or a CSV with "
-    "TIMESTAMP,ContextTokens,GeneratedTokens",
+    help="'conv' (the bundled Azure conversation trace), 'bursty' (synthetic), a CSV with "
+    "TIMESTAMP,ContextTokens,GeneratedTokens, or a Mooncake JSON-lines trace (.jsonl: timestamp ms, "
+    "input_length, output_length)",
 )
 @click.option("--start-s", type=click.FloatRange(min=0), default=0.0, help="Start this far into the trace.")
 @click.option("--duration-s", type=click.FloatRange(min=0, min_open=True), default=None, help="Only this long.")
@@ -119,6 +120,12 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
     show_default=True,
     help="Replay the trace's first seconds before it, so the fleet starts sized (longer than hpa's 300 s window)",
 )
+@click.option(
+    "--admission-cap/--no-admission-cap",
+    default=False,
+    show_default=True,
+    help="The router holds each replica to the SLO batch of the live length mix (requests queue at the gateway)",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic trace.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None)
@@ -140,6 +147,7 @@ def sim_command(
     target_utilization,
     tick_s,
     warmup_s,
+    admission_cap,
     seed,
     json_path,
     plot_path,
@@ -192,7 +200,7 @@ def sim_command(
                 "context; simulated at its Profile's speeds anyway (--fit-context scales lengths)"
             )
 
-    config = SimConfig(tick_s=tick_s, warmup_s=warmup_s)
+    config = SimConfig(tick_s=tick_s, warmup_s=warmup_s, admission_cap=admission_cap)
     started = time.perf_counter()
     try:
         results = run_experiment(
@@ -211,6 +219,10 @@ def sim_command(
         raise click.ClickException(str(exc)) from None
     wall = time.perf_counter() - started
     rows = [r.row() for r in results]
+    oracle = {row["variant"]: row["replica_hours"] for row in rows if row["policy"] == "oracle"}
+    for row in rows:  # every policy against the clairvoyant lower bound, when it ran
+        bound = oracle.get(row["variant"])
+        row["replica_hours_vs_oracle"] = row["replica_hours"] / bound if bound else None
     simulated = sum(r["simulated_s"] for r in rows)
 
     attribution = []

@@ -23,6 +23,7 @@ _COST = (
     ("policy", "policy", str),
     ("source", "profile_source", str),
     ("replica-h/day", "replica_hours_per_day", "{:.1f}"),
+    ("x oracle", "replica_hours_vs_oracle", "{:.2f}"),
     ("accel-h/day", "accelerator_hours_per_day", "{:.1f}"),
     ("node-h/day", "node_hours_per_day", "{:.1f}"),
     ("peak", "peak_replicas", "{}"),

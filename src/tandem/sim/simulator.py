@@ -26,7 +26,8 @@ from tandem.cluster.fake import FakeBackend
 from tandem.contracts import Profile, ReplicaLoad
 from tandem.schedule.controller import Controller, ControllerConfig, Pool
 from tandem.schedule.policies.context import Policy, ScaleLimits
-from tandem.schedule.routers import LeastOutstanding, Router, RouteRequest
+from tandem.schedule.policies.slo import admission_limit
+from tandem.schedule.routers import AdmissionCap, LeastOutstanding, Router, RouteRequest
 from tandem.schedule.traffic import DemandMeter
 from tandem.schedule.variant import Variant
 from tandem.sim.replica import SimReplica, SimSequence
@@ -47,6 +48,7 @@ class SimConfig:
     prefill_chunk_tokens: int = 512  # prompt tokens per engine iteration (tandem's max_prefill_tokens)
     boot_s: float | None = None  # how long a replica takes to start, when measured apart (None: the Profile's)
     run_tail: bool = False  # keep ticking for all of tail_s, even once every request is done
+    admission_cap: bool = False  # the router holds each replica to the SLO batch of the live mix (AdmissionCap)
     controller: ControllerConfig = ControllerConfig()
 
 
@@ -146,6 +148,9 @@ def simulate(
     demand = DemandMeter(config.demand_window_s)
     gateway: deque[SimSequence] = deque()
     result = SimResult(duration, config.ttft_slo_s, config.tpot_slo_s)
+    cap: list[int | None] = [None]  # the admission cap, refreshed every tick from the live length mix
+    if config.admission_cap:
+        router = AdmissionCap(router, lambda: cap[0])
 
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:
@@ -187,6 +192,7 @@ def simulate(
         while arrivals and arrivals[0][0].arrival_s < now + dt:
             seq, counted = arrivals.popleft()
             gateway.append(seq)
+            demand.arrive(variant.name, seq.arrival_s, seq.prompt_tokens)
             in_flight += 1
             if counted:
                 result.requests.append(seq)
@@ -202,7 +208,7 @@ def simulate(
             for seq in sim_of(replica).step(now, dt):
                 in_flight -= 1
                 # As the gateway counts: a request's prompt and output tokens once it has finished.
-                demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens)
+                demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens, result.meets_slo(seq))
         if 0 <= now < duration:
             live = sum(1 for r in replicas if r.live)
             result.replica_seconds += len(replicas) * min(dt, duration - now)
@@ -213,6 +219,10 @@ def simulate(
                     nodes_cache[len(replicas)] = nodes_for(len(replicas))
                 result.node_seconds += nodes_cache[len(replicas)] * min(dt, duration - now)
         if now >= next_tick:
+            if config.admission_cap:
+                live = demand.rate(variant.name, now)
+                cap[0] = admission_limit(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
+                                         config.prefill_chunk_tokens) or cap[0]  # fmt: skip
             report = controller.tick()
             current, desired = report.desired.get(variant.name, (0, 0))
             if desired != current and now >= 0:

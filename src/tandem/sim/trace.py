@@ -42,12 +42,15 @@ def default_trace_path() -> Path:
 
 
 def trace_path(name: str) -> Path:
-    """`conv` (the bundled trace) or a CSV path."""
+    """`conv` (the bundled trace), a CSV path or a Mooncake `.jsonl` path."""
     if name == "conv":
         return default_trace_path()
     path = Path(name)
     if not path.is_file():
-        raise ValueError(f"{name}: no such trace file (give 'conv' or a CSV with columns {','.join(COLUMNS)})")
+        raise ValueError(
+            f"{name}: no such trace file (give 'conv', a CSV with columns {','.join(COLUMNS)}, "
+            "or a Mooncake JSON-lines trace, .jsonl)"
+        )
     return path
 
 

@@ -20,6 +20,7 @@ from tandem.schedule.policies.context import (
 )
 from tandem.schedule.policies.hpa import HpaParams, hpa, hpa_limits
 from tandem.schedule.policies.kpa import KpaParams, kpa, kpa_limits
+from tandem.schedule.policies.oracle import OracleParams, oracle
 from tandem.schedule.policies.slo import SloCapacity, slo_capacity
 from tandem.schedule.policies.static import StaticParams, static_peak
 
@@ -28,6 +29,7 @@ __all__ = [
     "CapacityParams",
     "HpaParams",
     "KpaParams",
+    "OracleParams",
     "Policy",
     "PolicyState",
     "ScaleContext",
@@ -42,6 +44,7 @@ __all__ = [
     "kpa",
     "kpa_limits",
     "make_policy",
+    "oracle",
     "slo_capacity",
     "static_peak",
     "tier_replicas",
@@ -52,6 +55,7 @@ POLICIES: dict[str, tuple[Any, type]] = {
     "kpa": (kpa, KpaParams),
     "capacity": (capacity, CapacityParams),
     "static-peak": (static_peak, StaticParams),
+    "oracle": (oracle, OracleParams),
 }
 
 

@@ -12,10 +12,19 @@
 - Forecast: Holt's linear smoothing (level + trend) of the work, projected over the replicas' cold
   start: what is started now serves the demand of then. The forecast only adds: the present
   demand is never undersized.
-- Bursts (with `ttft_slo_s`): bursts shorter than a cold start come and go before a replica could
-  start, so the fleet keeps the capacity that would have absorbed the bursts (up to a cold start
-  long) of the last `burst_memory_s` within the queueing share of the TTFT SLO
-  (`forecast.burst_rate`); longer rises are followed by the forecast as they come.
+- Per phase, on the live length mix: the capacity at the SLO (`slo.slo_capacity`) is the decode batch
+  whose TPOT holds with the observed prompts prefilled beside it, and (with `ttft_slo_s`) whose
+  prompt tokens/s still queue and prefill within the TTFT budget; the mix (prompt and output tokens
+  per request) is smoothed from what the gateway sees now, never fixed.
+- Headroom (with `ttft_slo_s`): bursts shorter than a cold start come and go before a replica could
+  start, so the fleet holds a work-weighted quantile of the traffic's own short-window peaks against
+  its minute mean over the last `burst_memory_s` (`headroom.headroom`), of what each needs once a
+  queue absorbs its share of the TTFT SLO; the observed SLO attainment (when the gateway reports it)
+  corrects that headroom slowly (`headroom.feedback`). Longer rises are followed by the forecast.
+- Queueing (with `ttft_slo_s`): requests are discrete and hold a slot each, so the fleet is an M/G/c
+  queue of replicas x batch slots; square-root staffing adds `staffing_beta` x sqrt(busy slots).
+- Arrivals: counted as they come when the gateway counts them (`TokenDemand.arrived_*`), else
+  estimated by flow conservation (below).
 - Scale-down is stabilized (the highest recommendation of the last 60 s); scale-up is immediate.
 - A persistent minimum tier: the replicas needed for `min_tier_*` demand are always kept, however
   quiet it gets (so a faster optimizer shrinks the always-on tier too).
@@ -24,11 +33,13 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 
 from tandem.contracts import Profile
 from tandem.schedule.policies.context import PolicyState, ScaleContext, apply_limits, trim_window
-from tandem.schedule.policies.forecast import burst_rate, holt
+from tandem.schedule.policies.forecast import holt
+from tandem.schedule.policies.headroom import FeedbackGains, attainment_window, burst_need, feedback, headroom
 from tandem.schedule.policies.hpa import stabilize
 from tandem.schedule.policies.slo import SloCapacity, slo_capacity
 
@@ -41,7 +52,14 @@ class CapacityParams:
     tpot_margin: float = 1.0  # plan batches for this share of the TPOT SLO (the batch varies around the plan)
     ttft_slo_s: float | None = None  # time to first token; None: no burst headroom
     queue_share: float = 0.75  # the share of the TTFT SLO a request may spend queued (the rest: its prefill)
-    burst_memory_s: float = 1200.0  # how far back the bursts the fleet keeps room for reach
+    burst_memory_s: float = 1800.0  # how far back the peaks the headroom is a quantile of reach
+    headroom_quantile: float = 0.99  # of the peaks' needs, weighted by their work (the share of requests kept)
+    peak_window_s: float = 10.0  # the short window a peak is measured over (the gateway's demand window)
+    mean_window_s: float = 60.0  # ... against the mean of this long
+    feedback: FeedbackGains | None = FeedbackGains()  # attainment feedback on the headroom (None: off)
+    chunk_tokens: int = 512  # prompt tokens per engine iteration (chunked prefill), for the TTFT bound
+    staffing_beta: float = 1.0  # square-root staffing: beta x sqrt(slots busy) slots more (with ttft_slo_s)
+    queue_demand: bool = False  # a gateway queue that outlives the TTFT queueing budget grows the fleet (experiment)
     target_utilization: float = 1.0  # plan replicas busy at most this fraction of their capacity
     level_time_s: float = 20.0  # Holt level: time constant of its smoothing (0: none)
     trend_time_s: float = 120.0  # Holt trend: time constant (longer than a cold start: ramps, not noise)
@@ -54,12 +72,16 @@ class CapacityParams:
     arrival_time_s: float = 2.0  # time constant of the arrival rate's smoothing (0: none)
 
     def __post_init__(self) -> None:
+        if isinstance(self.feedback, dict):  # from a deployment file: `feedback: {target: 0.995, ...}`
+            object.__setattr__(self, "feedback", FeedbackGains(**self.feedback))
         if self.tpot_slo_s <= 0 or not 0 < self.target_utilization <= 1 or not 0 < self.tpot_margin <= 1:
             raise ValueError("capacity needs tpot_slo_s > 0, target_utilization and tpot_margin in (0, 1]")
         if self.level_time_s < 0 or self.trend_time_s < 0 or not 0 < self.mix_smoothing <= 1:
             raise ValueError("capacity needs level_time_s, trend_time_s >= 0 and mix_smoothing in (0, 1]")
         if self.ttft_slo_s is not None and (self.ttft_slo_s <= 0 or not 0 < self.queue_share <= 1):
             raise ValueError("capacity needs ttft_slo_s > 0 and queue_share in (0, 1]")
+        if not 0 < self.headroom_quantile <= 1 or self.peak_window_s <= 0 or self.mean_window_s <= 0:
+            raise ValueError("capacity needs headroom_quantile in (0, 1] and positive peak and mean windows")
 
 
 def _work(profile: Profile, cap: SloCapacity, output_tokens_per_s: float, prompt_tokens_per_s: float) -> float:
@@ -101,33 +123,83 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         seq_tokens = _ewma(seq_tokens, per_request, weight)
         if demand.output_tokens_per_s > 0:
             out_per_request = _ewma(out_per_request, demand.output_tokens_per_s / demand.requests_per_s, weight)
-    cap = slo_capacity(profile, params.tpot_slo_s * params.tpot_margin, mix or 0.0, seq_tokens or 0.0)
+    prompt_per_request = max((seq_tokens or 0.0) - (out_per_request or 0.0), 0.0)
+    delay = params.queue_share * params.ttft_slo_s if params.ttft_slo_s is not None else None
+    cap = slo_capacity(
+        profile,
+        params.tpot_slo_s * params.tpot_margin,
+        mix or 0.0,
+        seq_tokens or 0.0,
+        prompt_tokens=prompt_per_request,
+        ttft_budget_s=delay,
+        chunk_tokens=params.chunk_tokens,
+    )
 
     # Arrivals, by flow conservation: the growth of what is in flight plus what finished since the last
     # tick. The gateway counts a request's tokens when it finishes, which lags a burst and is capped by
     # what the fleet can serve; the in-flight count moves the moment requests arrive.
     arrivals = state.arrivals
-    if state.in_flight is not None and state.updated_at is not None and ctx.now > state.updated_at:
-        dt = ctx.now - state.updated_at
+    dt = ctx.now - state.updated_at if state.updated_at is not None else 0.0
+    if demand.arrived_requests_per_s is not None:
+        arrivals = demand.arrived_requests_per_s  # counted as they came (over the demand window)
+    elif state.in_flight is not None and dt > 0:
         sample = max(0.0, (ctx.in_flight - state.in_flight) / dt + demand.requests_per_s)
         weight = 1.0 - math.exp(-dt / params.arrival_time_s) if params.arrival_time_s > 0 else 1.0
         arrivals = sample if arrivals is None else weight * sample + (1 - weight) * arrivals
     arrivals = demand.requests_per_s if arrivals is None else arrivals
     prompt = demand.prompt_tokens_per_s
-    per_request = (seq_tokens or 0.0) - (out_per_request or 0.0)
-    arriving = _work(profile, cap, arrivals * (out_per_request or 0.0), arrivals * per_request)
-    backlog = _work(profile, cap, max(demand.output_tokens_per_s, ctx.in_flight / params.tpot_slo_s), prompt)
+    arriving_prompt = demand.arrived_prompt_tokens_per_s
+    if arriving_prompt is None:
+        arriving_prompt = arrivals * prompt_per_request
+    arriving = _work(profile, cap, arrivals * (out_per_request or 0.0), arriving_prompt)
+    held = ctx.in_flight if delay is None else ctx.in_flight - ctx.buffered  # with headroom: on replicas only
+    backlog = _work(profile, cap, max(demand.output_tokens_per_s, held / params.tpot_slo_s), prompt)
     observed = max(arriving, backlog)
     horizon = profile.cold_start_s if params.horizon_s is None else params.horizon_s
+    samples, peaks, gain, room, attained = state.samples, state.peaks, state.gain, 1.0, state.attained
+    if delay is not None and math.isfinite(arriving):
+        # The forecast follows the minute's median (a burst of a few seconds does not move it); a peak (the
+        # last `peak_window_s`) is measured against the median of the minute before it: the headroom's.
+        samples = (*trim_window(samples, ctx.now, params.mean_window_s + params.peak_window_s), (ctx.now, arriving))
+        before = [v for t, v in samples if t <= ctx.now - params.peak_window_s] or [v for _, v in samples]
+        base = statistics.median(before)
+        # Only against a whole minute of traffic: a start from nothing is a ramp for the forecast, not a burst.
+        whole = samples[0][0] <= ctx.now - params.peak_window_s - 0.9 * params.mean_window_s
+        if base > 0 and whole and min(before) > 0:
+            need = burst_need(arriving / base, params.peak_window_s, delay)
+            peaks = (*trim_window(peaks, ctx.now, params.burst_memory_s), (ctx.now, need, arriving))
+        room = headroom(peaks, params.headroom_quantile)
+        if params.feedback is not None:
+            attained = attainment_window(attained, demand.slo_attainment, demand.requests_per_s, dt,
+                                         params.feedback)  # fmt: skip
+            share = attained[0] / attained[1] if attained[1] > 0 else None
+            if share is not None and share < params.feedback.target and ctx.ready_replicas < ctx.current_replicas:
+                share = None  # misses while replicas are still starting are the forecast's, not the headroom's
+            gain = feedback(gain, share, dt, params.feedback)
+        observed = statistics.median(v for t, v in samples if t > ctx.now - params.mean_window_s)
     level, trend = holt(state.level, state.trend, state.updated_at, observed, ctx.now, params.level_time_s,
                         params.trend_time_s)  # fmt: skip
-    predicted = max(backlog, level + trend * horizon, 0.0)  # the smoothed arrivals, never below the backlog
-
-    samples = state.samples
-    if params.ttft_slo_s is not None and math.isfinite(arriving):
-        samples = (*trim_window(samples, ctx.now, params.burst_memory_s), (ctx.now, arriving))
-        delay = params.queue_share * params.ttft_slo_s
-        predicted = max(predicted, burst_rate(samples, delay, 1.0, longest_s=max(profile.cold_start_s, 1.0)))
+    # The smoothed arrivals with their headroom, never below the backlog. Requests come one by one and hold
+    # a slot for a while, so a fleet of W replicas' work (W x batch slots busy) is an M/G/c queue: square-root
+    # staffing (Halfin-Whitt) keeps its waiting rare with beta x sqrt(W x batch) slots more: beta x sqrt(W / batch)
+    # replicas.
+    ahead = max(level + trend * horizon, 0.0)
+    if delay is not None:
+        ahead += params.staffing_beta * math.sqrt(ahead / max(cap.batch, 1))
+        # What is in flight already is served by the replicas it is on; a replica started for it would come a
+        # cold start too late. It keeps the fleet from shrinking under it, it does not grow it.
+        backlog = min(backlog, float(ctx.current_replicas))
+    predicted = max(backlog, ahead * room * gain, 0.0)
+    queued_since = state.queued_since
+    if ctx.buffered <= 0:
+        queued_since = None
+    elif queued_since is None:
+        queued_since = ctx.now
+    if params.queue_demand and delay is not None and queued_since is not None and ctx.now - queued_since > delay:
+        # A queue older than the TTFT budget is not a burst draining: its work, spread over a cold start, is demand.
+        per_request = _work(profile, cap, out_per_request or 0.0, prompt_per_request)
+        if math.isfinite(per_request):
+            predicted += ctx.buffered * per_request / max(horizon, 1.0)
 
     tier = tier_replicas(profile, params)
     raw = max(_replicas(predicted, params, ctx.limits.max_replicas), tier)
@@ -138,6 +210,10 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         state,
         recommendations=(*history, (ctx.now, raw)),
         samples=samples,
+        peaks=peaks,
+        gain=gain,
+        attained=attained,
+        queued_since=queued_since,
         level=level,
         trend=trend,
         updated_at=ctx.now,
@@ -152,6 +228,8 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
             ("predicted", predicted),
             ("batch", cap.batch),
             ("capacity", cap.output_tokens_per_s),
+            ("headroom", room),
+            ("gain", gain),
         ),
     )
     return apply_limits(max(stable, tier), ctx, state)

@@ -62,9 +62,12 @@ class ScaleLimits:
 class TokenDemand:
     """Observed token traffic to one variant, per second (the gateway counts it)."""
 
-    prompt_tokens_per_s: float = 0.0
+    prompt_tokens_per_s: float = 0.0  # of the requests that finished in the window
     output_tokens_per_s: float = 0.0
     requests_per_s: float = 0.0
+    arrived_requests_per_s: float | None = None  # requests that arrived in the window (None: not counted)
+    arrived_prompt_tokens_per_s: float | None = None  # ... and their prompt tokens
+    slo_attainment: float | None = None  # share of the window's finished requests within the SLO (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,10 @@ class PolicyState:
     out_per_request: float | None = None  # capacity: output tokens per request (smoothed)
     in_flight: int | None = None  # capacity: in-flight requests at the last tick (arrivals = growth + completions)
     arrivals: float | None = None  # capacity: requests arriving per second (smoothed)
+    peaks: tuple[tuple[float, float, float], ...] = ()  # capacity: (time, burst need / minute mean, weight)
+    gain: float = 1.0  # capacity: the attainment feedback's correction of the headroom
+    attained: tuple[float, float] = (0.0, 0.0)  # capacity: (requests within the SLO, requests), decayed
+    queued_since: float | None = None  # capacity: since when requests have waited at the gateway without a break
     notes: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # last decision's inputs, for logs
 
 

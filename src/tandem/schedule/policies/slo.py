@@ -8,24 +8,55 @@ scheduler changing a line.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tandem.contracts import Profile
+from tandem.schedule.policies.context import TokenDemand
 
-__all__ = ["SloCapacity", "slo_capacity"]
+__all__ = ["SloCapacity", "admission_limit", "slo_capacity"]
 
 
 @dataclass(frozen=True)
 class SloCapacity:
-    batch: int  # concurrent sequences per replica at the SLO
+    batch: int  # concurrent decoding sequences per replica at the SLO
     output_tokens_per_s: float  # one replica's decode throughput at that batch
     meets_slo: bool  # False: even batch 1 is slower than the SLO (the capacity is best effort)
+    bound: str = "tpot"  # what stops a larger batch: "tpot", "ttft" (prefill queueing), "kv" or "slots"
+    iteration_s: float = 0.0  # mean engine iteration (= each sequence's time per output token) at that batch
+    prompt_tokens_per_s: float = 0.0  # the prompt tokens one replica prefills per second at that point
+
+    @property
+    def admit(self) -> int:
+        """The running sequences a replica should hold at most (admission cap): the decoding batch plus
+        the one prompt prefilling beside it. More would only slow every running user's TPOT."""
+        return self.batch + 1
+
+
+def _ttft_ok(
+    iteration_s: float, decode_s: float, prompt_tokens_per_s: float, prompt_tokens: float, budget_s: float | None,
+    prefill: float, chunk: int,
+) -> bool:  # fmt: skip
+    """M/M/1 bound on one replica's prefill queue: a prompt waits for those ahead of it, then prefills at
+    the speed chunked prefill gets beside the decoding rows; the sojourn must fit the TTFT budget."""
+    if budget_s is None or prompt_tokens <= 0 or prefill <= 0:
+        return True
+    speed = chunk / (decode_s + chunk / prefill)  # prompt tokens/s while a chunk rides every iteration
+    busy = prompt_tokens_per_s / speed  # share of the time some prompt is prefilling
+    service = prompt_tokens / speed
+    return busy < 1 and service / (1 - busy) <= budget_s
 
 
 def slo_capacity(
-    profile: Profile, tpot_slo_s: float, prompt_per_output: float = 0.0, tokens_per_sequence: float = 0.0
+    profile: Profile,
+    tpot_slo_s: float,
+    prompt_per_output: float = 0.0,
+    tokens_per_sequence: float = 0.0,
+    *,
+    prompt_tokens: float = 0.0,
+    ttft_budget_s: float | None = None,
+    chunk_tokens: int = 512,
 ) -> SloCapacity:
-    """The batch with the most decode throughput whose sequences still meet the TPOT SLO.
+    """The batch with the most throughput whose sequences still meet the SLO, per phase, on the live mix.
 
     Prompts are prefilled in the same iterations as the decoding rows (continuous batching), so
     each decoding sequence also waits for its share of prefill: in steady state, with
@@ -34,16 +65,61 @@ def slo_capacity(
     A paged KV budget (`Profile.kv_cache_tokens`) holds only so many sequences of
     `tokens_per_sequence` (prompt + output) tokens: the batch never exceeds that. Without a mix
     (0, 0) only decode and the slots count, as the Profile measured them.
+
+    The prefill phase has its own bound (with `ttft_budget_s`, the time a request may take to its first
+    token on a replica, and `prompt_tokens`, the mean prompt): the prompt tokens/s the batch brings in
+    (`prompt_per_output` x its output rate) must queue and prefill within the budget, at the speed
+    chunked prefill (`chunk_tokens` per iteration) gets beside the decoding rows (`_ttft_ok`). A mix of
+    long prompts and short answers is TTFT-bound; long prompts with long answers, TPOT-bound.
     """
     prefill = profile.prefill_tokens_per_s
     share = prompt_per_output / prefill if prefill > 0 else 0.0
-    most = max(profile.max_slots, 1)
+    most, limit = max(profile.max_slots, 1), "slots"
     if profile.kv_cache_tokens and tokens_per_sequence > 0:
-        most = max(1, min(most, int(profile.kv_cache_tokens / tokens_per_sequence)))
+        fits = max(1, int(profile.kv_cache_tokens / tokens_per_sequence))
+        if fits < most:
+            most, limit = fits, "kv"
+
+    def point(batch: int) -> tuple[str | None, float, float]:
+        """(what it breaks or None, seconds per output token, prompt tokens/s) at `batch`."""
+        rate = profile.decode_capacity(batch)
+        decode_s = batch / rate if rate > 0 else math.inf
+        per_token = decode_s + batch * share
+        if per_token > tpot_slo_s * (1 + 1e-9):
+            return "tpot", per_token, 0.0
+        prompt_rate = prompt_per_output * batch / per_token
+        if not _ttft_ok(per_token, decode_s, prompt_rate, prompt_tokens, ttft_budget_s, prefill, chunk_tokens):
+            return "ttft", per_token, prompt_rate
+        return None, per_token, prompt_rate
+
     best: SloCapacity | None = None
     for batch in range(1, most + 1):
+        broken, per_token, prompt_rate = point(batch)
         rate = profile.decode_capacity(batch)
-        per_token = batch / rate + batch * share if rate > 0 else math.inf
-        if per_token <= tpot_slo_s * (1 + 1e-9) and (best is None or rate >= best.output_tokens_per_s):
-            best = SloCapacity(batch, rate, True)
-    return best or SloCapacity(1, profile.decode_capacity(1), False)
+        if broken is None and (best is None or rate >= best.output_tokens_per_s):
+            best = SloCapacity(batch, rate, True, limit, per_token, prompt_rate)
+    if best is None:
+        rate = profile.decode_capacity(1)
+        return SloCapacity(1, rate, False, point(1)[0] or "tpot", point(1)[1], 0.0)
+    if best.batch < most:
+        best = replace(best, bound=point(best.batch + 1)[0] or "tpot")  # the next batch breaks it, or pays less
+    return best
+
+
+def admission_limit(
+    profile: Profile,
+    tpot_slo_s: float,
+    demand: TokenDemand,
+    ttft_budget_s: float | None = None,
+    chunk_tokens: int = 512,
+) -> int | None:
+    """The running sequences one replica should hold for the length mix the gateway sees now (the
+    finished requests of its demand window): the SLO batch's `admit`. None while nothing finished."""
+    if demand.requests_per_s <= 0 or demand.output_tokens_per_s <= 0:
+        return None
+    prompt = demand.prompt_tokens_per_s / demand.requests_per_s
+    per_request = prompt + demand.output_tokens_per_s / demand.requests_per_s
+    mix = demand.prompt_tokens_per_s / demand.output_tokens_per_s
+    cap = slo_capacity(profile, tpot_slo_s, mix, per_request, prompt_tokens=prompt, ttft_budget_s=ttft_budget_s,
+                       chunk_tokens=chunk_tokens)  # fmt: skip
+    return cap.admit
