@@ -34,8 +34,10 @@ lint: $(SETUP)
 docs: $(SETUP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# Two workers, each file on one of them (a file's module-scoped servers start once); the tests'
+# wall-clock bounds scale with TANDEM_TEST_SLACK (tests/timing.py) for a loaded machine.
 test: lint docs kernels
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 run: $(SETUP)
 	$(BIN)/tandem serve
