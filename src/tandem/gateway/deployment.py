@@ -32,8 +32,8 @@ __all__ = ["REPLICA_SETTINGS", "deployment_from_settings", "replica_args"]
 # Settings that are a replica's business: passed on to every replica's command line when not default.
 REPLICA_SETTINGS = (
     "served_model_name", "dtype", "max_model_len", "kv_cache_tokens", "max_num_seqs", "max_prefill_tokens",
-    "max_queue", "max_body_bytes", "max_n", "retry_after_s", "shutdown_timeout", "log_level", "metrics_prefix",
-    "generation_config",
+    "max_queue", "max_body_bytes", "max_n", "max_request_share", "retry_after_s", "shutdown_timeout", "log_level",
+    "metrics_prefix", "generation_config",
 )  # fmt: skip
 
 ProfileSource = Callable[[str | None, str | None, int | None], Profile]
