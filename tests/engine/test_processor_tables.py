@@ -21,7 +21,10 @@ def test_bans_follow_the_output_through_the_precomputed_tables():
     tables = ProcessorTables.build(params, {EOS}, [[17], [31, 14], [9, 31, 8], [9, 31, 12], [20, 2]])
 
     def banned(output):
-        return sorted(set(torch.cat(tables.banned(output, params.min_tokens)).tolist()))
+        seq = Sequence("s", [0], params, None, frozenset({EOS}), 100, RequestMetrics(0.0))
+        seq.output_ids, seq.tables = list(output), tables
+        out = process_logits(torch.zeros(1, 40), [LogitsRow(seq)])
+        return torch.isinf(out[0]).nonzero()[:, 0].tolist()
 
     assert banned([5]) == [EOS, 4, 6, 17]  # before min_tokens: EOS and the stop ids (once each)
     assert banned([5, 5, 5, 9, 31]) == [8, 12, 14, 17]  # [9, 31] begins two words, [31] one

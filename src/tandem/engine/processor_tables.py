@@ -5,12 +5,14 @@ arrives (the server builds them in a worker thread, off the event loop and off t
 and shares them between the request's n choices); each engine step then costs, per row:
 
 - bad words: one dict lookup per distinct word length (at most MAX_BAD_WORD_TOKENS), then the
-  precomputed ids of the banned last tokens; one-token words are one precomputed tensor;
-- min_tokens: one precomputed tensor of EOS and the stop ids (deduplicated);
-- logit_bias: two precomputed tensors (ids, values).
+  precomputed ids of the banned last tokens; one-token words are a precomputed mask;
+- min_tokens: a precomputed mask of EOS and the stop ids;
+- logit_bias: a precomputed dense vector;
+and the masks and the bias apply to all the rows of one request in one tensor operation.
 
-So a request with 256 bad words or 1,024 biases costs a step a few tensor concatenations, never a
-Python loop over its words or entries (tandem.engine.processors applies them; benchmarks/
+So a request with 256 bad words, 1,024 biases or a whole vocabulary of stop ids costs a step a few
+tensor operations over its rows (as large as the logits themselves), never a Python loop over its
+words or entries (tandem.engine.processors applies them; benchmarks/
 bench_processors.py measures it).
 """
 
@@ -58,15 +60,22 @@ def _ids(values: Iterable[int]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.long) if values else _NO_IDS
 
 
+def _mask(ids: Collection[int], size: int) -> torch.Tensor | None:
+    if not ids:
+        return None
+    mask = torch.zeros(size, dtype=torch.bool)
+    mask[list(ids)] = True
+    return mask
+
+
 @dataclass(frozen=True, eq=False)
 class ProcessorTables:
-    always_banned: torch.Tensor  # long [k]: one-token bad words
+    size: int  # the dense tables cover ids [0, size); a smaller (draft) vocabulary uses their start
+    bias: torch.Tensor | None  # float32 [size]: logit_bias, dense (added to every row of the request)
+    always_banned: torch.Tensor | None  # bool [size]: one-token bad words
+    min_tokens_banned: torch.Tensor | None  # bool [size]: EOS and stop_token_ids, banned before min_tokens
     # (prefix length p, {the last p output tokens: the last tokens of the words they begin}), p ascending
     after_prefix: tuple[tuple[int, dict[tuple[int, ...], torch.Tensor]], ...]
-    min_tokens_banned: torch.Tensor  # long [k]: EOS and stop_token_ids, banned before min_tokens
-    bias_ids: torch.Tensor  # long [k]
-    bias_values: torch.Tensor  # float32 [k]
-    max_id: int  # the largest id in any table (-1: none); a smaller (draft) vocabulary drops those beyond it
 
     @classmethod
     def build(
@@ -80,34 +89,37 @@ class ProcessorTables:
                 single.add(word[0])
             elif word:
                 grouped[len(word) - 1][word[:-1]].add(word[-1])
-        after_prefix = tuple(
-            (length, {prefix: _ids(last) for prefix, last in table.items()})
-            for length, table in sorted(grouped.items())
-        )
         banned = set(params.stop_token_ids) | set(eos_ids) if params.min_tokens else set()
         bias = dict(params.logit_bias)
-        ids = [*single, *banned, *bias, *(t for _, table in grouped.items() for v in table.values() for t in v)]
+        size = 1 + max([*single, *banned, *bias], default=-1)
+        dense_bias = None
+        if bias:
+            dense_bias = torch.zeros(size, dtype=torch.float32)
+            dense_bias[list(bias)] = torch.tensor(list(bias.values()), dtype=torch.float32)
         return cls(
-            always_banned=_ids(single),
-            after_prefix=after_prefix,
-            min_tokens_banned=_ids(banned),
-            bias_ids=torch.tensor(list(bias), dtype=torch.long) if bias else _NO_IDS,
-            bias_values=torch.tensor(list(bias.values()), dtype=torch.float32),
-            max_id=max(ids, default=-1),
+            size=size,
+            bias=dense_bias,
+            always_banned=_mask(single, size),
+            min_tokens_banned=_mask(banned, size),
+            after_prefix=tuple(
+                (length, {prefix: _ids(last) for prefix, last in table.items()})
+                for length, table in sorted(grouped.items())
+            ),
         )
 
-    def banned(self, output: list[int], min_tokens: int) -> list[torch.Tensor]:
-        """The ids banned after `output` (one row's history): a few precomputed tensors."""
-        out = [self.always_banned] if len(self.always_banned) else []
-        n = len(output)
+    def prefix_bans(self, output: list[int]) -> list[torch.Tensor]:
+        """The last tokens of the bad words whose other tokens `output` (one row's history) ends with."""
+        if not self.after_prefix:
+            return []
+        out = []
+        tail = tuple(output[-self.after_prefix[-1][0] :])  # as long as the longest prefix: one copy
+        n = len(tail)
         for length, table in self.after_prefix:
             if length > n:
                 break
-            last = table.get(tuple(output[n - length :]))
+            last = table.get(tail[n - length :])
             if last is not None:
                 out.append(last)
-        if n < min_tokens and len(self.min_tokens_banned):
-            out.append(self.min_tokens_banned)
         return out
 
 

@@ -94,6 +94,24 @@ def _penalize(logits: torch.Tensor, rows: list[LogitsRow], which: list[int]) -> 
     logits[which] = sub
 
 
+class _Request:
+    """The rows of one request's tables in this batch (its choices share them)."""
+
+    def __init__(self, tables: ProcessorTables) -> None:
+        self.tables = tables
+        self.rows: list[int] = []
+        self.before_min_tokens: list[int] = []
+
+
+def _apply(logits: torch.Tensor, rows: list[int], size: int, change) -> None:
+    """change(sub) on logits[rows, :size] (the dense tables cover ids below `size`), in place."""
+    width = min(size, logits.shape[-1])
+    index = torch.tensor(rows, dtype=torch.long)
+    sub = logits[index, :width]
+    change(sub, width)
+    logits[index, :width] = sub
+
+
 def process_logits(logits: torch.Tensor, rows: Sequence[LogitsRow]) -> torch.Tensor:
     """logits [N, V] (row i predicts after rows[i]'s history) -> the processed logits; the input is
     returned unchanged (not copied) when no row uses a processor."""
@@ -102,26 +120,36 @@ def process_logits(logits: torch.Tensor, rows: Sequence[LogitsRow]) -> torch.Ten
         return logits
     logits = logits.clone()
     vocab = logits.shape[-1]
-    banned: list[tuple[int, torch.Tensor]] = []
-    biased: list[tuple[int, torch.Tensor]] = []
-    bias_values: list[torch.Tensor] = []
+    requests: dict[int, _Request] = {}
+    prefix_banned: list[tuple[int, torch.Tensor]] = []
     penalized: list[int] = []
     for i in active:
         row = rows[i]
         params, tables = row.seq.params, tables_of(row.seq)
-        banned += [(i, ids) for ids in tables.banned(row.output_ids, params.min_tokens)]
-        if len(tables.bias_ids):
-            biased.append((i, tables.bias_ids))
-            bias_values.append(tables.bias_values)
+        request = requests.get(id(tables))
+        if request is None:
+            request = requests[id(tables)] = _Request(tables)
+        request.rows.append(i)
+        output = row.output_ids
+        if len(output) < params.min_tokens:
+            request.before_min_tokens.append(i)
+        prefix_banned += [(i, ids) for ids in tables.prefix_bans(output)]
         if params.repetition_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
             penalized.append(i)
-    if biased:
-        values = torch.cat(bias_values).to(logits.dtype)
-        if any(int(ids.max()) >= vocab for _, ids in biased):
-            values = values[torch.cat([ids for _, ids in biased]) < vocab]
-        logits.index_put_(_gather(biased, vocab), values, accumulate=True)
+    inf = float("-inf")
+    for r in requests.values():
+        if r.tables.bias is not None:
+            _apply(logits, r.rows, r.tables.size, lambda sub, w, b=r.tables.bias: sub.add_(b[:w].to(sub.dtype)))
     if penalized:
         _penalize(logits, list(rows), penalized)
-    if banned:
-        logits[_gather(banned, vocab)] = float("-inf")
+    for r in requests.values():  # bans last: nothing after them may lift a -inf
+        t = r.tables
+        if t.always_banned is not None:
+            _apply(logits, r.rows, t.size, lambda sub, w, m=t.always_banned: sub.masked_fill_(m[:w], inf))
+        if t.min_tokens_banned is not None and r.before_min_tokens:
+            _apply(
+                logits, r.before_min_tokens, t.size, lambda sub, w, m=t.min_tokens_banned: sub.masked_fill_(m[:w], inf)
+            )
+    if prefix_banned:
+        logits[_gather(prefix_banned, vocab)] = inf
     return logits
