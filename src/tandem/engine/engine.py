@@ -166,14 +166,14 @@ class Engine:
         ids = self.model.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise RequestError("the prompt is empty")
-        vocab = self.model.config.vocab_size
-        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in ids):
-            raise RequestError(f"prompt token ids must be integers in [0, {vocab})")
-        if len(ids) >= self.max_model_len:
+        if len(ids) >= self.max_model_len:  # first: a huge list is refused without a scan
             raise PromptTooLongError(
                 f"the prompt has {len(ids)} tokens; this model's context is {self.max_model_len} tokens "
                 "and at least one must remain for the output"
             )
+        vocab = self.model.config.vocab_size
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in ids):
+            raise RequestError(f"prompt token ids must be integers in [0, {vocab})")
         return ids
 
     def validate_params(self, params: SamplingParams) -> None:
