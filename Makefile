@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # itself on a fresh clone and is a no-op install afterwards.
 SETUP := $(VENV)/.tandem-setup
 
-.PHONY: setup test lint kernels run bench external clean
+.PHONY: setup test lint docs kernels run bench external clean
 
 setup: $(SETUP)
 
@@ -29,7 +29,12 @@ lint: $(SETUP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
 
-test: lint kernels
+# The documentation site (mkdocs.yml, docs/) into the git-ignored build/site; --strict fails on a broken
+# link or anchor, a missing page or one left out of the nav.
+docs: $(SETUP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint docs kernels
 	$(BIN)/pytest -q
 
 run: $(SETUP)

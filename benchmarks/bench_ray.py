@@ -39,10 +39,10 @@ from tandem.cluster.backend import Backend, ReplicaSpec
 from tandem.cluster.local import LocalBackend, popen_spawner
 from tandem.cluster.ray import RayBackend
 from tandem.cluster.ray.runtime import RayPlacer
+from tandem.deployment import parse_deployment
 from tandem.edge.settings import settings_variables
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.wiring import build_gateway, replica_environment
-from tandem.schedule.deployment import parse_deployment
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -201,7 +201,7 @@ def main() -> None:
             "requests_per_client": args.requests_per_client,
             "max_tokens": args.max_tokens,
             "ray": "single-node cluster in this process (num_cpus=4)",
-        },  # fmt: skip
+        },
         "summary": summary,
         "startup": startup,
         "throughput": {k: [{x: r[x] for x in r if x != "records"} for r in v] for k, v in rates.items()},

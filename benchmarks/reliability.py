@@ -1,17 +1,32 @@
-"""Reliability probe: a real gateway and its replicas under load, bad inputs, floods and faults, at once.
+"""Reliability probe: a real gateway and its replicas under load, bad inputs, floods, faults and attacks.
 
-Starts `tandem serve` as a gateway (two replicas of the bundled model, 1 thread each) and, while
---clients clients keep sending good requests (half of them streams), runs in turn:
-- bad inputs, each sent --bad-rounds times (lone surrogates, deep and broken JSON, wrong types, an
+Scenarios (all by default; `--scenarios a,b` runs some):
+- load_and_faults: `tandem serve` as a gateway (two replicas of the bundled model, 1 thread each)
+  and, while --clients clients keep sending good requests (half of them streams), in turn:
+  bad inputs, each sent --bad-rounds times (lone surrogates, deep and broken JSON, wrong types, an
   unknown model, a 2 MB body, an empty body): every answer must be a 4xx with an OpenAI error body;
-- a 1 GB chunked body: how much the gateway read, its peak memory before and after;
-- a connection flood (3,000 half-sent connections, then 500 more per second): a new client's time;
-- a frozen replica (SIGSTOP) and, once replaced, a killed one (SIGKILL): what clients saw.
-Good requests must all succeed except streams already under way on the failed replica, which must
-end with an error event and `data: [DONE]`. Bounded in time; writes
-benchmarks/results/reliability.json with the command, the machine's load and every count.
+  a 1 GB chunked body: how much the gateway read, its peak memory before and after; a connection
+  flood (3,000 half-sent connections, then 500 more per second): a new client's time; a frozen
+  replica (SIGSTOP) and, once replaced, a killed one (SIGKILL): what clients saw. Good requests must
+  all succeed except streams already under way on the failed replica, which must end with an error
+  event and `data: [DONE]`.
+- The attacks of issue 22 (benchmarks/reliability_attacks.py), on a second gateway (--api-key, one
+  replica, so an attack and its neighbours share it): traversal (`../`, `%2e%2e/`, `..%2f`, `//`,
+  absolute-form) to the replica-only routes; unbounded_fields (stop_token_ids 400k x n=16 x
+  min_tokens 200, bad_words 256 x 3,900 chars x n=16, logit_bias 1024 and logprobs 20 with n=16,
+  four at once); prompt_list (20 prompts x n=16 = 320 sequences); slow_first_byte (a stream whose
+  first chunk is held back by a 5,000-character stop string, beside 4 streaming neighbours);
+  metric_labels (--label-requests distinct methods and paths against /metrics series counts);
+  and two operator errors, each on gateways of its own (benchmarks/reliability_operator_errors.py):
+  long_recipe (a 287-character recipe, valid and with a typo) and overlapping_ports
+  (--replica-ports holding the gateway's own port).
+Each reports what the attack got: status codes, neighbour latency p50/max, series counts, time to
+fail. Bounded in time (every request has a timeout, every wait a deadline; all of it a few minutes
+plus the replicas' start-ups); writes --out (default benchmarks/results/reliability.json) with the
+command, the machine's load and every count.
 
     .venv/bin/python benchmarks/reliability.py
+    .venv/bin/python benchmarks/reliability.py --scenarios traversal,overlapping_ports --out /tmp/r.json
 """
 
 from __future__ import annotations
@@ -33,8 +48,13 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the same flood and process helpers the tests use
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from reliability_attacks import FLEET_SCENARIOS, start_attack_fleet  # noqa: E402
+from reliability_operator_errors import OPERATOR_SCENARIOS  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
+
+SCENARIOS = ("load_and_faults", *FLEET_SCENARIOS, *OPERATOR_SCENARIOS)
 
 MODEL = "tandem-code-target"
 GOOD = {"model": MODEL, "prompt": "def fibonacci(n):", "max_tokens": 32, "temperature": 0.7}
@@ -218,15 +238,7 @@ def fault(url: str, clients: Clients, sig: signal.Signals, wait_s: float) -> dic
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--bad-rounds", type=int, default=20)
-    parser.add_argument("--deadline-s", type=float, default=3.0, help="--first-byte-timeout and --stream-idle-timeout")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reliability.json")
-    args = parser.parse_args()
-    logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"tandem-reliability-{os.getpid()}"
-    logs.mkdir(parents=True, exist_ok=True)
+def load_and_faults(args: argparse.Namespace, logs: Path) -> dict:
     gateway = ServerProcess(
         [
             "--recipe", "baseline", "--threads", "1", "--replicas-min", "2", "--replicas-max", "2", "--policy", "hpa",
@@ -235,10 +247,7 @@ def main() -> None:
         ],
         logs / "gateway.log",
     )  # fmt: skip
-    result: dict = {
-        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-        "load_average_before": os.getloadavg(),
-    }
+    result: dict = {}
     try:
         gateway.wait_ready(timeout=300)
         wait_until(lambda: len(ready_replicas(gateway.url)) == 2, 300)
@@ -271,12 +280,77 @@ def main() -> None:
         )  # fmt: skip
         result["gateway_peak_memory_growth_bytes"] = peak_memory(gateway.proc.pid) - memory_at_start
     finally:
-        code = gateway.stop()
-        result["gateway_exit_code"] = code
-        every_log = [logs / "gateway.log", *logs.glob("replicas/*.log")]
+        result["gateway_exit_code"] = gateway.stop()
+    return result
+
+
+def attacks(args: argparse.Namespace, logs: Path, chosen: list[str]) -> dict:
+    """The attack scenarios on one gateway of their own, then the operator errors (gateways of theirs)."""
+    result: dict = {}
+    on_fleet = [name for name in chosen if name in FLEET_SCENARIOS]
+    if on_fleet:
+        fleet = start_attack_fleet(logs, args.attack_first_byte_timeout_s)
+        try:
+            for name in on_fleet:
+                settled_s = fleet.settle()  # the previous scenario's damage (an open breaker) healed first
+                started = time.monotonic()
+                extra = {"count": args.label_requests} if name == "metric_labels" else {}
+                result[name] = FLEET_SCENARIOS[name](fleet, **extra)
+                result[name]["scenario_s"] = round(time.monotonic() - started, 1)
+                result[name]["waited_for_the_fleet_to_settle_s"] = settled_s
+                print(f"{name}: {round(time.monotonic() - started, 1)} s", file=sys.stderr)
+        finally:
+            result["attack_gateway_exit_code"] = fleet.gateway.stop()
+    for name in chosen:
+        if name in OPERATOR_SCENARIOS:
+            started = time.monotonic()
+            result[name] = OPERATOR_SCENARIOS[name](logs)
+            result[name]["scenario_s"] = round(time.monotonic() - started, 1)
+            print(f"{name}: {round(time.monotonic() - started, 1)} s", file=sys.stderr)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="scenarios: " + ", ".join(SCENARIOS),
+    )  # fmt: skip
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated (default: all)")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--bad-rounds", type=int, default=20)
+    parser.add_argument("--deadline-s", type=float, default=3.0, help="--first-byte-timeout and --stream-idle-timeout")
+    parser.add_argument(
+        "--attack-first-byte-timeout-s", type=float, default=5.0,
+        help="the attack gateway's --first-byte-timeout (slow_first_byte's stream is later than this)",
+    )  # fmt: skip
+    parser.add_argument("--label-requests", type=int, default=5000, help="metric_labels: distinct methods/paths")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reliability.json")
+    args = parser.parse_args()
+    chosen = [name.strip() for name in args.scenarios.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {unknown[0]!r} (known: {', '.join(SCENARIOS)})")
+    logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"tandem-reliability-{os.getpid()}"
+    logs.mkdir(parents=True, exist_ok=True)
+    result: dict = {
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True).stdout.strip() or None,
+        "scenarios": chosen,
+        "load_average_before": os.getloadavg(),
+    }  # fmt: skip
+    started = time.monotonic()
+    try:
+        if "load_and_faults" in chosen:
+            result.update(load_and_faults(args, logs))
+        result.update(attacks(args, logs, chosen))
+    finally:
+        every_log = [*logs.glob("*.log"), *logs.glob("*/*.log")]
         result["tracebacks_in_logs"] = sum(p.read_text(errors="replace").count("Traceback") for p in every_log)
+        result["logs"] = str(logs)
+        result["seconds"] = round(time.monotonic() - started, 1)
         result["load_average_after"] = os.getloadavg()
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

@@ -256,7 +256,7 @@ def run_real(args, work: Path, deployment: dict, trace, texts: list[str], durati
         "records": [
             (round(trace[r.client].arrival_s, 3), r.ttft_s and round(r.ttft_s, 4), round(r.e2e_s, 4), r.output_tokens)
             for r in records
-        ],  # fmt: skip
+        ],
     }
 
 

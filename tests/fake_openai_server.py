@@ -5,7 +5,7 @@
 POST /v1/completions (streamed or not; `max_tokens` words "tok0 tok1 ...", usage counted; `echo`
 refused with 400 as servers without teacher forcing do), GET /v1/models, GET /health, and with
 `--metrics vllm` GET /metrics in vLLM's names, its gauges counting the requests it is serving.
-With API_KEY in its environment it demands `Authorization: Bearer API_KEY`. SIGTERM: stops.
+With `--api-key K` (or API_KEY in its environment) it demands `Authorization: Bearer K`. SIGTERM: stops.
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ def main() -> None:
     parser.add_argument("--served-model-name", default="fake")
     parser.add_argument("--token-delay-s", type=float, default=0.005)
     parser.add_argument("--metrics", choices=["vllm", "none"], default="vllm")
+    parser.add_argument("--api-key", default=None, help="Demand this bearer token (default: API_KEY, if set).")
     args = parser.parse_args()
-    key = environ.get("API_KEY")
+    key = args.api_key or environ.get("API_KEY")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"

@@ -1,15 +1,18 @@
-"""The README's Python API example runs as written."""
+"""The README (the front door) and the docs site: the Python API example runs as written, the paths
+and links they name exist and stay inside the repository, and every docs page is reachable."""
 
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def _section_code(heading: str) -> str:
-    text = README.read_text()
+def _section_code(heading: str, page: Path = README) -> str:
+    text = page.read_text()
     section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert blocks, f"no python block under '## {heading}'"
@@ -31,6 +34,8 @@ BASES = (ROOT, ROOT / "src", ROOT / "src" / "tandem")
 TOP_LEVEL = {p.name for p in ROOT.iterdir()} - {".git", ".venv", "build"}
 FILE_SUFFIXES = (".py", ".json", ".md", ".yaml", ".yml", ".csv", ".sh", ".png", ".html", ".toml", ".c")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0")
+# Public upstream sites a page may link to, named one by one (none yet: everything else is in the repository).
+UPSTREAM_HOSTS: tuple[str, ...] = ()
 
 
 def _mentioned_paths(text: str) -> set[str]:
@@ -48,22 +53,72 @@ def _mentioned_paths(text: str) -> set[str]:
     return paths
 
 
+DOCS = ROOT / "docs"
+# The front door and the docs site: what the README held before it became a front door lives there,
+# so the path and link checks read both.
+PAGES = (README, *sorted(DOCS.glob("*.md")))
+
+
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks (a `# comment` in a yaml block is no heading)."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
+def _anchors(page: Path) -> set[str]:
+    """The heading ids MkDocs gives a page (Python-Markdown's toc slugify of the heading's text)."""
+    from markdown.extensions.toc import slugify
+
+    headings = re.findall(r"^#{1,6} (.+)$", _prose(page.read_text()), re.M)
+    return {slugify(re.sub(r"[`*]", "", heading), "-") for heading in headings}
+
+
 def test_every_path_the_readme_names_is_in_the_repository():
-    paths = _mentioned_paths(README.read_text())
-    assert len(paths) > 30, f"the README's paths were not found: {sorted(paths)}"
+    paths = set().union(*(_mentioned_paths(page.read_text()) for page in PAGES))
+    assert len(paths) > 30, f"the README's and docs' paths were not found: {sorted(paths)}"
     missing = sorted(p for p in paths if not any(any(base.glob(p)) for base in BASES))
-    assert not missing, f"README names paths that are not in the repository: {missing}"
+    assert not missing, f"README or docs/ name paths that are not in the repository: {missing}"
 
 
-def test_no_readme_link_leaves_the_repository():
-    text = README.read_text()
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_no_link_leaves_the_repository(page):
+    """Links stay inside the repository (the docs' between their own pages, so the site holds them
+    too), each to a file that exists and a heading that exists; URLs only to this machine."""
+    text = page.read_text()
     assert not re.findall(r"\.\./", text), "a path outside the repository (../)"
-    links = re.findall(r"\]\(([^)]+)\)", text)  # markdown links: inside the repository only
-    assert not [link for link in links if not any((base / link.split("#")[0]).exists() for base in BASES)]
+    bases = BASES if page == README else (page.parent,)
+    broken = []
+    for link in re.findall(r"\]\(([^)]+)\)", _prose(text)):  # markdown links: inside the repository only
+        target, _, anchor = link.partition("#")
+        found = [base / target for base in bases if (base / target).exists()] if target else [page]
+        if not found or (anchor and anchor not in _anchors(found[0])):
+            broken.append(link)
+    assert not broken, f"links to no file or no heading: {broken}"
+    if page.parent == DOCS:  # the site's pages link to each other, never to the repository's files
+        assert not [link for link in re.findall(r"\]\(([^)#]+)", text) if not link.endswith(".md")]
     urls = re.findall(r"https?://([^/\s`'\")]+)", text)
-    assert urls, "the README's curl examples were not found"
-    outside = [host for host in urls if host.split(":")[0] not in LOCAL_HOSTS]
+    outside = [host for host in urls if host.split(":")[0] not in LOCAL_HOSTS + UPSTREAM_HOSTS]
     assert not outside, f"links that leave the repository: {outside}"
+
+
+def test_the_readme_has_its_curl_examples_and_links_every_docs_page():
+    text = README.read_text()
+    assert re.findall(r"https?://127\.0\.0\.1", text), "the README's curl examples were not found"
+    linked = {Path(link.partition("#")[0]) for link in re.findall(r"\]\((docs/[^)]+)\)", text)}
+    unlinked = sorted(str(page.relative_to(ROOT)) for page in DOCS.glob("*.md") if page.relative_to(ROOT) not in linked)
+    assert not unlinked, f"docs pages the README does not link: {unlinked}"
+
+
+def test_the_site_lists_every_docs_page():
+    """mkdocs.yml's nav names every page in docs/ (MkDocs only notes one left out) and nothing else
+    (`mkdocs build --strict` in `make test` fails on a missing one)."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    nav = set(re.findall(r"^  - [^:#]+: (\S+\.md)$", config, re.M))
+    assert nav == {page.name for page in DOCS.glob("*.md")}
+
+
+def test_the_getting_started_page_shows_the_readmes_python_api_block():
+    """The block the first test runs is the one the site shows (they cannot drift apart)."""
+    assert _section_code("Python API", DOCS / "getting-started.md") == _section_code("Python API")
 
 
 def _first_curl_body() -> dict:

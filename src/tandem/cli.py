@@ -1,6 +1,11 @@
-"""The `tandem` command. Bad input ends with a one-line message and a non-zero exit, never a traceback.
+"""The `tandem` command: the one command layer. Bad input ends with a one-line message and a non-zero
+exit, never a traceback.
 
-Sub-commands live beside the code they drive and are imported only when run (`LazyGroup`), so
+`serve` and `profile` are here, because each picks between layers: `tandem serve` runs one replica's
+server (tandem.serve) or, with gateway flags, the gateway in front of many (tandem.gateway);
+`tandem profile` measures a recipe (tandem.optimize), imports GPU timings (tandem.data.splitwise) or
+measures a running server black-box (tandem.measure). The other sub-commands live beside the code
+they drive. Everything heavy is imported only when a command runs (`LazyGroup` for the others), so
 `tandem --help` imports neither torch nor the optimizers, and `tandem serve` in gateway mode never
 loads torch at all.
 """
@@ -9,26 +14,23 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import click
 
-__all__ = ["main", "cli", "LAZY_COMMANDS"]
+from tandem.edge.options import connection_options
+from tandem.gateway.options import gateway_options
+from tandem.serve.options import server_options
+
+__all__ = ["main", "cli", "LAZY_COMMANDS", "profile", "serve"]
 
 # name -> (module:attribute, the command's one-line help as `tandem --help` lists it; a test keeps
 # these equal to the commands' own).
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": (
-        "tandem.serve.cli:serve",
-        "Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics).",
-    ),
     "zoo": ("tandem.zoo.cli:zoo", "The bundled models: build them from the Python standard library."),
     "optimizers": (
         "tandem.optimize.cli:optimizers_command",
         "List every registered optimizer (built-in and plug-in): version, description, parameters.",
-    ),
-    "profile": (
-        "tandem.optimize.cli:profile_command",
-        "Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start), or import one.",
     ),
     "gate": (
         "tandem.gate.cli:gate_command",
@@ -71,7 +73,7 @@ class LazyGroup(click.Group):
             else:
                 command = super().get_command(ctx, name)
                 if command is not None and not command.hidden:
-                    rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+                    rows.append((name, command.get_short_help_str(limit=200)))  # whole, as the lazy ones'
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -140,6 +142,119 @@ def generate(prompt_arg, prompt, model_dir, recipe, chat, max_tokens, temperatur
             out.write(step_out.new_text)
             out.flush()
     out.write("\n")
+
+
+@cli.command()
+@server_options
+@connection_options
+@gateway_options
+def serve(config_file: str | None, **flags) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming, metrics).
+
+    With --replicas-min/--replicas-max/--policy/--fallback/--regions/--deployment/--backend: a gateway
+    that routes, autoscales and falls back over replicas (each a plain `tandem serve`, on this machine
+    or, with --backend ray, across a Ray cluster).
+
+    Every flag is also a key of the --config file (max_num_seqs: 8) and a TANDEM_* environment
+    variable (TANDEM_MAX_NUM_SEQS=8); flags win over variables, variables over the file.
+    """
+    from tandem.edge.settings import ConfigError, load_settings
+
+    try:
+        config = load_settings(config_file, flags)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if config.gateway_mode:
+        from tandem.gateway.cli import serve_gateway
+
+        sys.exit(serve_gateway(config))
+    from tandem.serve.preflight import preflight
+
+    preflight(config)
+    from tandem.serve.server import run_server
+
+    sys.exit(run_server(config))
+
+
+@cli.command("profile")
+@click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
+@click.option(
+    "--recipe",
+    default=None,
+    help="e.g. int8+speculative(k=4) (default: the recipe `tandem serve` serves, the bench's best)",
+)
+@click.option("--batch-sizes", default="1,2,4,8,16,32", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None)
+@click.option("--threads", type=click.IntRange(min=1), default=None)
+@click.option(
+    "--from-splitwise",
+    "splitwise",
+    metavar="MODEL/HARDWARE",
+    default=None,
+    help="Build the Profile from the bundled splitwise GPU timings instead (e.g. llama2-70b/h100-80gb).",
+)
+@click.option("--tensor-parallel", type=click.IntRange(min=1), default=None, help="splitwise: accelerators per replica")
+@click.option(
+    "--cold-start-s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="splitwise, endpoint: seconds a replica takes to start (not measured; a large model takes about a minute)",
+)
+@click.option(
+    "--speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, help="splitwise: project x this speed"
+)
+@click.option("--weight-bits", type=click.Choice(["16", "8", "4"]), default="16", help="splitwise: project the weights")
+@click.option("-q", "--quiet", is_flag=True, help="no progress bar (there is none when stderr is not a terminal)")
+@click.option("--endpoint", metavar="URL", default=None, help="Measure a running OpenAI-compatible server black-box.")
+@click.option("--concurrency", default="1,4,8,16,32", show_default=True, help="endpoint: concurrency levels")
+@click.option("--hardware", default=None, help="endpoint: what it runs on, for the Profile (e.g. h100-80gb)")
+@click.option("--api-key", envvar="TANDEM_ENDPOINT_API_KEY", default=None, help="endpoint: its bearer token")
+def profile(
+    model_dir, recipe, batch_sizes, output, threads, splitwise, tensor_parallel, cold_start_s, speedup, weight_bits,
+    quiet, endpoint, concurrency, hardware, api_key,
+) -> None:  # fmt: skip
+    """Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start), or import one.
+
+    With --from-splitwise the Profile is built from measured GPU timings (source "imported"; with
+    --speedup or --weight-bits, "projected" and the factor is stated in the Profile). With
+    --endpoint URL any running OpenAI-compatible server (vLLM, SGLang, llama.cpp) is measured
+    black-box over HTTP (--model: the name it serves; default: the first of GET /v1/models).
+    """
+    if endpoint:
+        from tandem.measure.endpoint import profile_endpoint_cli
+
+        given = click.get_current_context().get_parameter_source("cold_start_s").name != "DEFAULT"
+        try:
+            measured = profile_endpoint_cli(
+                endpoint, model_dir, concurrency, cold_start_s if given else 0.0, hardware, api_key,
+                lambda line: click.echo(line, err=True),
+            )  # fmt: skip
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+    elif splitwise:
+        from tandem.data.splitwise import splitwise_profile
+
+        projected = speedup != 1.0 or weight_bits != "16"
+        try:
+            measured = splitwise_profile(
+                splitwise,
+                tensor_parallel=tensor_parallel,
+                cold_start_s=cold_start_s,
+                speedup=speedup,
+                weight_bits=int(weight_bits),
+                recipe=recipe if projected and recipe != "baseline" else None,
+            )
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+    else:
+        from tandem.optimize.cli import profile_recipe
+
+        measured = profile_recipe(model_dir, recipe, batch_sizes, threads, quiet)
+    text = measured.to_json()
+    if output:
+        Path(output).write_text(text + "\n")
+    click.echo(text)
 
 
 def main() -> None:

@@ -3,70 +3,24 @@
 Standard library only, so the scheduling layer can import it without pulling in torch. The
 optimization layer makes replicas fast and describes them with a measured Profile; the scheduling
 layer sizes and routes with Profiles and ReplicaLoads, never knowing how a replica is made fast.
+Only what crosses the two layers is here: the optimization layer's own types (OptimizedModel,
+InferenceOptimizer) are tandem.optimize.types; the gate's HTTP side channel to a replica is
+tandem.edge.keep_track.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 __all__ = [
     "PROFILE_SOURCES",
-    "KEEP_TRACK_HEADER",
-    "KEPT_TRACK_PATH",
-    "InferenceOptimizer",
-    "OptimizedModel",
     "Profile",
     "ReplicaLoad",
 ]
 
 PROFILE_SOURCES = ("measured", "imported", "projected")
-
-# The gate's side channel to a tandem replica (HTTP, both ends named here only). A gateway that
-# mirrors a completions request asks the incumbent's replica, with this header (value: a random
-# key), to keep the logprobs it computes while generating the answer (each token's own logprob
-# and the top-1 alternative), without sending them to the client; the gate then fetches them once
-# with GET {KEPT_TRACK_PATH}/{key}. That is the incumbent's side of teacher-forced scoring for
-# free: a second, scoring prefill on the client-facing replica is what it saves. A server that
-# ignores the header (another engine) answers 404 there, and the gate echoes on it instead.
-KEEP_TRACK_HEADER = "x-tandem-keep-track"
-KEPT_TRACK_PATH = "/gate/tracks"
-
-
-@dataclass(frozen=True)
-class OptimizedModel:
-    """What the engine runs: a (possibly transformed) model plus what the optimizers attached.
-
-    `model` is the optimization layer's own model object (tandem.model.Model); it stays `Any` here so
-    this module needs no torch. `speculator`, when set, proposes draft tokens that the engine
-    verifies in its batched forward (draft-model or n-gram speculation). `kv_cache_dtype`, when
-    set, is the dtype the engine stores keys and values in (a narrower cache: fewer bytes read per
-    decode step, more sequences per byte).
-    """
-
-    model: Any
-    recipe: str = "baseline"
-    applied: tuple[tuple[str, str], ...] = ()  # (optimizer name, version) in the order applied
-    speculator: Any | None = None
-    notes: tuple[str, ...] = ()
-    kv_cache_dtype: str | None = None  # e.g. "bfloat16"; None stores keys and values in the model's dtype
-
-    def with_changes(self, **changes: Any) -> OptimizedModel:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return OptimizedModel(**values)
-
-
-@runtime_checkable
-class InferenceOptimizer(Protocol):
-    """A named, versioned transform: OptimizedModel in, OptimizedModel out (so optimizers compose)."""
-
-    name: str
-    version: str
-    description: str
-
-    def optimize(self, model: OptimizedModel) -> OptimizedModel: ...
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tandem.cluster import BackendError, LocalBackend, PortRange, ReplicaSpec, ReplicaState, serve_command
+from tandem.cluster.local import log_file_name, popen_spawner
 
 
 class FakeProcess:
@@ -218,3 +219,30 @@ def test_readiness_probes_share_one_http_client(monkeypatch):
     assert local.http_ready_probe("http://ready:1", path="/health") is True
     assert seen == ["http://ready:1/ready", "http://loading:1/ready", "http://ready:1/health"]
     assert local._probe_http() is local._probe_http()
+
+
+def test_a_start_that_fails_before_a_process_exists_is_a_backend_error_naming_the_replica():
+    def no_port(taken):
+        raise BackendError("no free port in 9000-9000 (0 held by replicas)")
+
+    def no_file(argv, env, replica_id):
+        raise OSError(36, "File name too long")
+
+    for backend in (LocalBackend(spawn=World().spawn, ports=no_port), LocalBackend(spawn=no_file, ports=lambda t: 1)):
+        with pytest.raises(
+            BackendError, match=r"cannot start replica fast-1: .*(no free port|File name too long)"
+        ) as e:
+            backend.start(SPEC)
+        assert e.value.replica_id == "fast-1" and backend.list() == []
+
+
+def test_a_replica_log_file_name_fits_whatever_the_variant_is_called(tmp_path):
+    assert log_file_name("int8-ngram-3") == "int8-ngram-3.log"
+    long_id = "speculative-k-4-draft-" + "very-long-directory-name-" * 20 + "7"
+    name = log_file_name(long_id)
+    assert len(name) <= 104 and name.startswith("speculative-k-4-draft-very-long") and name.endswith(".log")
+    assert log_file_name(long_id[:-1] + "8") != name  # the replica's number is in the hash
+    assert "/" not in log_file_name("../etc/passwd-1") and not log_file_name("../x").startswith(".")
+    process = popen_spawner(tmp_path)([sys.executable, "-c", "print('hello')"], {}, long_id)
+    assert process.process.wait(30) == 0
+    assert (tmp_path / name).read_text() == "hello\n"

@@ -215,8 +215,8 @@ def test_ids_are_unique_per_backend_and_list_is_oldest_first():
 
 
 def controller(world: World, variant: dict, **controller_config):
+    from tandem.deployment import parse_deployment
     from tandem.schedule.controller import Controller
-    from tandem.schedule.deployment import parse_deployment
 
     raw = {"variants": [variant], "policy": {"name": "hpa"}, "controller": controller_config}
     deployment = parse_deployment(raw)

@@ -151,7 +151,7 @@ def test_a_burst_scales_one_to_three_replicas_spread_over_the_nodes_and_back(ray
             "interval_s": TICK,
             "params": {"target": 2, "scale_down_stabilization_s": 3},
             "limits": {"max_scale_down_rate": 10},
-        },  # fmt: skip
+        },
     )
     gw = gateway(raw, tmp_path)
     try:

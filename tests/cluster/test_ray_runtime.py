@@ -146,7 +146,7 @@ def test_the_banner_sums_the_nodes_and_names_their_regions():
 
 def test_nothing_imports_ray_unless_the_ray_backend_is_used():
     code = (
-        "import sys, tandem.cluster.ray, tandem.gateway.cli, tandem.gateway.wiring, tandem.serve.cli\n"
+        "import sys, tandem.cluster.ray, tandem.gateway.cli, tandem.gateway.wiring, tandem.cli\n"
         "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -33,9 +33,9 @@ def test_the_replica_documents_errors_and_streams():
 
 def test_the_gateway_documents_errors_and_streams():
     from tandem.cluster.fake import FakeBackend
+    from tandem.deployment import parse_deployment
     from tandem.gateway.app import create_gateway_app
     from tandem.gateway.wiring import build_gateway
-    from tandem.schedule.deployment import parse_deployment
 
     deployment = parse_deployment({"variants": [{"name": "v", "recipe": "baseline"}], "policy": {"name": "hpa"}})
     transport = httpx.MockTransport(lambda r: httpx.Response(200))

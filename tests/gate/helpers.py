@@ -1,16 +1,14 @@
-"""Builders shared by the gate's tests: observations, pairs, Profiles, OpenAI-shaped bodies."""
+"""Builders shared by the gate's tests: observations, pairs, Profiles (OpenAI-shaped bodies: completion_events)."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 
 from tandem.contracts import Profile
 from tandem.gate.agreement import TokenAgreement
-from tandem.gate.logprobs import TokenTrack
-from tandem.gate.observation import Observation
 from tandem.gate.pairs import Pair, Sampling
+from tandem.measure.logprobs import TokenTrack
+from tandem.measure.observation import Observation
 
 # Tolerances for real-replica runs that are not about latency: a few dozen pairs timed on a shared
 # 2-core CI machine decide nothing about a 5-10% tolerance (tests/gate/test_latency.py pins the
@@ -63,28 +61,3 @@ def profile(recipe="baseline", rates=None, max_slots=32, hardware="cpu-2c-avx512
 def track(tokens, logprobs=None, top1=None, offsets=None) -> TokenTrack:
     n = len(tokens)
     return TokenTrack(tuple(tokens), tuple(logprobs or [-0.1] * n), tuple(top1 or tokens), offsets)
-
-
-def sse(*chunks: dict | str) -> bytes:
-    """A server-sent-events body: each chunk a JSON event (or the literal [DONE])."""
-    return b"".join(
-        b"data: " + (c.encode() if isinstance(c, str) else json.dumps(c).encode()) + b"\n\n" for c in chunks
-    )
-
-
-def completion_chunk(text: str, tokens=None, logprobs=None, top=None, finish=None) -> dict:
-    lp = None
-    if tokens is not None:
-        lp = {
-            "tokens": tokens,
-            "token_logprobs": logprobs or [-0.5] * len(tokens),
-            "top_logprobs": top or [{t: -0.5} for t in tokens],
-            "text_offset": list(range(len(tokens))),
-        }
-    return {"id": "c", "object": "text_completion", "choices": [{"index": 0, "text": text, "logprobs": lp,
-                                                                  "finish_reason": finish}]}  # fmt: skip
-
-
-def usage_chunk(completion_tokens: int) -> dict:
-    usage = {"prompt_tokens": 5, "completion_tokens": completion_tokens, "total_tokens": 5 + completion_tokens}
-    return {"id": "c", "object": "text_completion", "choices": [], "usage": usage}

@@ -6,11 +6,10 @@ import asyncio
 import json
 
 import httpx
+from completion_events import completion_chunk, sse, usage_chunk
 
 from tandem.gate.mirror import ShadowMirror
-from tandem.gate.observation import Observation
-
-from .helpers import completion_chunk, sse, usage_chunk
+from tandem.measure.observation import Observation
 
 BODY = {"model": "m", "prompt": "def f():", "max_tokens": 3, "temperature": 0.7, "top_p": 0.9, "seed": 7,
         "stream": True, "logprobs": 1}  # fmt: skip

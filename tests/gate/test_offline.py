@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import httpx
 import pytest
+from completion_events import completion_chunk, sse, usage_chunk
 
 from tandem.cluster.backend import ReplicaSpec
 from tandem.cluster.fake import FakeBackend
@@ -15,8 +16,6 @@ from tandem.cluster.local import LocalBackend
 from tandem.data.bundled import bundled_model_dir
 from tandem.gate.offline import GateRunError, OfflineRun, run_pairs, start_replicas, workload_bodies
 from tandem.workload import load_workload
-
-from .helpers import completion_chunk, sse, usage_chunk
 
 
 def test_the_workload_is_the_benchs_as_text_bodies():

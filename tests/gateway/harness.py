@@ -23,9 +23,9 @@ from server_process import free_port
 
 from tandem.cluster.backend import Backend
 from tandem.cluster.local import LocalBackend, popen_spawner
+from tandem.deployment import parse_deployment
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.wiring import FLEET_SECRET_ENV, Gateway, build_gateway, new_fleet_secret
-from tandem.schedule.deployment import parse_deployment
 
 MODEL_NAME = "tiny"
 REPLICA_ARGS = ["--served-model-name", MODEL_NAME, "--max-num-seqs", "8", "--max-queue", "64"]
@@ -131,8 +131,9 @@ class RunningGateway:
                     os.kill(proc.handle.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        else:
-            backend.kill_stragglers()
+        else:  # a RayBackend: its placer kills what is still shutting down
+            for replica_id in backend.stopping:
+                backend.placer.kill(replica_id)
 
 
 class Outcomes:

@@ -9,13 +9,18 @@ import httpx
 import pytest
 
 from tandem.cluster.fake import FakeBackend
-from tandem.contracts import ReplicaLoad
+from tandem.contracts import Profile, ReplicaLoad
+from tandem.deployment import parse_deployment
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.wiring import Gateway, build_gateway
-from tandem.schedule.deployment import parse_deployment
 from tandem.schedule.rollout import Phase
 
-from .test_deployment import _profile
+
+def _profile(model, recipe, threads) -> Profile:
+    return Profile(
+        recipe or "int8+kv-bf16+ngram", "cpu", str(model), 1000, 64, 8, {1: 50.0, 8: 200.0}, 1000.0, 0.05, 3.0
+    )
+
 
 HPA = {"name": "hpa"}
 CAPACITY_PROFILE = {"recipe": "int8", "hardware": "cpu", "model": "m", "weight_bytes": 1, "kv_bytes_per_token": 1,

@@ -6,6 +6,7 @@ The same with llama.cpp's real server: tests/gateway/test_llamacpp_variant.py.""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from server_process import ServerProcess
 
 from .harness import MODEL_NAME, Load, RunningGateway, metric, variant, wait_for
 
@@ -34,7 +36,7 @@ def external(lo: int = 1, hi: int = 2) -> dict:
             "0.01",
             "--served-model-name",
             "{served_model_name}",
-        ],  # fmt: skip
+        ],
         "env": {"API_KEY": "{api_key}"},  # it demands the fleet's bearer token, as vLLM with VLLM_API_KEY
         "metrics": {"adapter": "vllm"},
         "replicas": {"min": lo, "max": hi},
@@ -53,7 +55,7 @@ def beside_a_tandem_fallback(ext: dict, target: int, **more) -> dict:
             "interval_s": 0.5,
             "params": {"target": target, "scale_down_stabilization_s": 3},
             "limits": {"max_scale_down_rate": 10},
-        },  # fmt: skip
+        },
         "controller": {"drain_timeout_s": 60},
         **more,
     }
@@ -131,3 +133,49 @@ def test_an_external_variant_serves_scales_reports_its_load_and_falls_back(serve
         assert gw.errors() == 0
     finally:
         gw.stop()
+
+
+@pytest.mark.slow
+def test_a_fleet_secret_a_command_template_puts_on_the_command_line_is_in_no_log_line(tmp_path):
+    """An operator wrote `--api-key {api_key}` in the command (not in env, as the docs advise): the
+    secret is in the server's argv, so in the "started replica" line and in whatever the server prints;
+    the gateway process logs none of it. A real gateway process, its log read whole."""
+    ext = external(lo=1, hi=1)
+    ext["command"] = [*ext["command"], "--api-key", "{api_key}"]
+    ext.pop("env")
+    deployment = tmp_path / "deployment.json"
+    deployment.write_text(json.dumps({"variants": [ext], "policy": {"name": "hpa", "interval_s": 0.5}}))
+    gateway = ServerProcess(
+        ["--deployment", str(deployment), "--served-model-name", MODEL_NAME, "--log-dir", str(tmp_path / "logs"),
+         "--log-level", "debug"],
+        tmp_path / "gateway.log",
+    )  # fmt: skip
+    try:
+        gateway.wait_ready(timeout=90)
+        answer = completion(gateway.url)
+        assert answer.status_code == 200, answer.text  # the gateway sent the secret the server demands
+        (tether,) = _children(gateway.proc.pid)
+        server = Path(f"/proc/{engine_pid(tether)}")
+        argv = _argv(server)
+        assert argv[1] == FAKE
+        secret = argv[argv.index("--api-key") + 1]
+        assert len(secret) >= 32
+        os.kill(int(server.name), signal.SIGKILL)  # its death is logged with the end of its output
+        wait_for(lambda: "exited unexpectedly" in gateway.log(), 30, "the gateway to log the server's exit")
+    finally:
+        gateway.stop()
+    log = gateway.log()
+    assert "started replica ext-1" in log and "--api-key [redacted]" in log
+    assert secret not in log
+
+
+def _children(pid: int) -> list[int]:
+    """The processes `pid` started, from any of its threads (the controller starts replicas off the loop)."""
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+
+
+def _argv(proc: Path) -> list[str]:
+    try:
+        return (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []

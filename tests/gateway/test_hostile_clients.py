@@ -161,3 +161,27 @@ def test_a_connection_flood_locks_no_client_out_of_the_gateway(gateway):
     log = gateway.log().splitlines()[lines_before:]
     assert len(log) < 40, "\n".join(log[:60])
     assert not any("Traceback" in line for line in log)
+
+
+def test_a_header_block_over_the_limit_gets_431_whether_it_arrives_whole_or_in_pieces(gateway):
+    """The gateway process's 16 KiB limit on the request line and headers: 600 headers of 58 KB sent in
+    one write, the same trickled in 4 KB pieces (cut while still arriving), and one 60 KB x-request-id
+    all get 431 with an OpenAI-style body; a normal request on a new connection is answered as before."""
+    many = b"".join(b"x-h%03d: %s\r\n" % (i, b"v" * 88) for i in range(600))
+    head = b"GET /v1/models HTTP/1.1\r\nHost: t\r\n"
+    for block, piece in ((many, None), (many, 4096), (b"x-request-id: " + b"r" * 60_000 + b"\r\n", None)):
+        data = head + block + b"\r\n"
+        with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+            try:
+                if piece is None:
+                    sock.sendall(data)
+                else:  # up to just past the limit, then nothing more: the answer is not lost to a reset
+                    for at in range(0, 20 * 1024, piece):
+                        sock.sendall(data[at : at + piece])
+                        time.sleep(0.005)
+            except OSError:  # the gateway answered and closed before the rest was sent
+                pass
+            answer = response_of(sock)
+        assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+        assert b"request_header_fields_too_large" in answer and b"16384" in answer
+    assert httpx.get(gateway.url + "/health", headers={"x-request-id": "r" * 200}, timeout=10).status_code == 200

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tandem.gateway.liveness import Liveness, Unresponsive
+from tandem.gateway.liveness import MID_STREAM, Liveness, RequestTimeout, Unresponsive
 
 
 def test_a_missed_deadline_declares_the_replica_and_frees_everyone_waiting_on_it():
@@ -200,5 +200,91 @@ def test_replicas_that_left_the_fleet_are_forgotten():
         live.declare("kept", "no first byte")
         live.forget(["kept", "other"])
         assert set(live.unresponsive) == {"kept"} and revived == ["gone"]
+
+    asyncio.run(main())
+
+
+def test_a_late_first_byte_on_a_replica_that_answers_its_probe_times_out_that_request_alone():
+    async def main() -> None:
+        live = Liveness()
+
+        async def alive() -> bool:
+            return True
+
+        async def neighbour() -> str:
+            async with live.deadline("a", 60, "first byte", alive):
+                await asyncio.sleep(0.3)
+            return "answered"
+
+        async def late() -> str:
+            async with live.deadline("a", 0.05, "first byte", alive):
+                await asyncio.Event().wait()
+            return "answered"
+
+        results = await asyncio.gather(neighbour(), late(), return_exceptions=True)
+        assert results[0] == "answered"  # its deadline was not moved
+        assert isinstance(results[1], RequestTimeout) and results[1].seconds == 0.05
+        assert live.unresponsive == {}
+
+    asyncio.run(main())
+
+
+def test_a_late_first_byte_on_a_replica_that_does_not_answer_its_probe_declares_it():
+    async def main() -> None:
+        live = Liveness()
+
+        async def dead() -> bool:
+            return False
+
+        with pytest.raises(Unresponsive, match="no answer to its health probe"):
+            async with live.deadline("a", 0.05, "first byte", dead):
+                await asyncio.Event().wait()
+        assert "a" in live.unresponsive
+
+    asyncio.run(main())
+
+
+def test_a_replica_that_makes_progress_on_none_of_its_streams_is_declared_even_if_it_answers_its_probe():
+    """An engine that stopped (its HTTP loop still answers /health): every stream waits, none moves."""
+
+    async def main() -> None:
+        live = Liveness()
+        probes: list[bool] = []
+
+        async def alive() -> bool:
+            probes.append(True)
+            return True
+
+        async def stuck_stream() -> None:
+            async with live.deadline("a", 60, MID_STREAM, alive):
+                await asyncio.Event().wait()
+
+        live.progress("a")
+        others = [asyncio.ensure_future(stuck_stream()) for _ in range(2)]
+        await asyncio.sleep(0)
+        with pytest.raises(Unresponsive, match="no progress on any of its 3 streams"):
+            async with live.deadline("a", 0.1, "first byte", alive):
+                await asyncio.Event().wait()
+        results = await asyncio.gather(*others, return_exceptions=True)
+        assert all(isinstance(r, Unresponsive) for r in results)  # declared: they give up at once
+        assert probes == []
+
+        # The same wait while a neighbour's chunks keep coming: this request alone times out.
+        live.revive("a")
+        moving = asyncio.ensure_future(stuck_stream())
+
+        async def chunks() -> None:
+            for _ in range(20):
+                live.progress("a")
+                await asyncio.sleep(0.01)
+
+        feeder = asyncio.ensure_future(chunks())
+        await asyncio.sleep(0)
+        with pytest.raises(RequestTimeout):
+            async with live.deadline("a", 0.1, "first byte", alive):
+                await asyncio.Event().wait()
+        assert live.unresponsive == {} and probes == [True]
+        moving.cancel()
+        await asyncio.gather(moving, feeder, return_exceptions=True)
 
     asyncio.run(main())

@@ -26,7 +26,7 @@ from tandem.gate.evidence import Evidence, judge
 from tandem.gate.offline import OfflineRun, run_pairs, start_replicas, stop_replicas, workload_bodies
 from tandem.gate.sides import Side
 from tandem.gate.verdict import Verdict
-from tandem.profile_endpoint import measure_endpoint
+from tandem.measure.endpoint import measure_endpoint
 
 from .harness import MODEL_NAME, REPLICA_ARGS, Load, RunningGateway, metric, wait_for
 from .test_external_variants import beside_a_tandem_fallback, engine_pid

@@ -15,11 +15,11 @@ from collections.abc import Callable
 import httpx
 
 from tandem.cluster.fake import FakeBackend
+from tandem.deployment import parse_deployment
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.loads import poll_loads
 from tandem.gateway.proxy import REGION_HEADER
 from tandem.gateway.wiring import Gateway, build_gateway
-from tandem.schedule.deployment import parse_deployment
 
 from .harness import metric
 
@@ -270,3 +270,83 @@ def test_vllm_utility_routes_are_answered_by_a_primary_replica_behind_the_key():
     assert [path for _, path, _ in asked] == ["/tokenize", "/detokenize", "/version"]
     assert all(host.startswith("fast") for host, _, _ in asked)  # the primary's replica
     assert json.loads(asked[0][2]) == {"prompt": "hi"}  # the body reached it
+
+
+def test_5000_client_404s_write_no_line_each(caplog):
+    """A replica's 404 to a client (an unknown model) is the client's business: logged at debug, not info."""
+    import logging
+
+    raw = {"variants": [one()], "policy": HPA}
+    gw, _ = _gateway(raw, lambda r: httpx.Response(404, json={"error": {"message": "no such model"}}))
+
+    async def main() -> list[int]:
+        app = create_gateway_app(gw)
+        gw.client = httpx.AsyncClient(transport=gw.transport)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as client:
+            statuses = [
+                (await client.post("/v1/completions", json={"model": f"m{i}", "prompt": "p"})).status_code
+                for i in range(5000)
+            ]
+        await gw.client.aclose()
+        return statuses
+
+    with caplog.at_level(logging.INFO, logger="tandem"):
+        statuses = asyncio.run(main())
+    assert statuses == [404] * 5000
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith("tandem")]
+    assert len(lines) < 10, [r.getMessage() for r in lines[:10]]
+    print(f"5,000 client 404s through the gateway: {len(lines)} log lines at info or above")
+    assert not gw.inflight.running
+
+
+class _LateStream(httpx.AsyncByteStream):
+    """A stream whose first chunk comes after `delay_s` (a long stop string holding text back)."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    async def __aiter__(self):
+        await asyncio.sleep(self.delay_s)
+        yield SSE
+
+
+def test_a_late_first_byte_on_healthy_replicas_is_retried_once_then_answered_504_and_counts_against_no_one():
+    seen_paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen_paths.append(request.url.path)
+        if request.url.path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        return httpx.Response(200, stream=_LateStream(30.0), headers={"content-type": "text/event-stream"})
+
+    body = {"prompt": "p", "stream": True}
+    gw, seen = _gateway({"variants": [one(lo=3)], "policy": HPA}, handler, first_byte_timeout_s=0.2)
+    response = call(gw, body)
+    assert response.status_code == 504, response.text
+    error = response.json()["error"]
+    assert error["code"] == "first_byte_timeout" and "any of 2 replicas" in error["message"]
+    assert seen_paths.count("/v1/completions") == 2 and seen_paths.count("/health") == 2  # one retry, not two
+    assert gw.liveness.unresponsive == {} and not gw.inflight.running
+    text = asyncio.run(_metrics(gw))
+    assert metric(text, "tandem:breaker_state", variant="fast") == 0
+    assert metric(text, "tandem:gateway_retries_total", variant="fast") == 1
+
+    # Mid-stream: a pause of this stream alone ends it with its own error event; the replica stays routed.
+    def pausing(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+
+        class Pause(httpx.AsyncByteStream):
+            async def __aiter__(self):
+                yield SSE[:40]
+                await asyncio.sleep(30)
+
+        return httpx.Response(200, stream=Pause(), headers={"content-type": "text/event-stream"})
+
+    gw, _ = _gateway({"variants": [one()], "policy": HPA}, pausing, stream_idle_timeout_s=0.2)
+    response = call(gw, body)
+    assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
+    event = json.loads(response.text.rsplit("data: ", 2)[1])
+    assert event["error"]["code"] == "stream_idle_timeout"
+    assert gw.liveness.unresponsive == {} and not gw.inflight.running
+    assert metric(asyncio.run(_metrics(gw)), "tandem:breaker_state", variant="fast") == 0

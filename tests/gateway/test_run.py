@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_process import ServerProcess, _environment
+from server_process import ServerProcess, _environment, free_port
 
 from .harness import MODEL_NAME, metric, wait_for
 
@@ -209,3 +209,16 @@ def _answers(url: str) -> bool:
         return httpx.get(url + "/health", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_replica_ports_that_hold_the_gateways_own_port_are_refused_at_start_up(tmp_path):
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "tandem.cli", "serve", "--recipe", "baseline", "--replicas-max", "1",
+        "--host", "127.0.0.1", "--port", str(port), "--replica-ports", f"{port}-{port}", "--log-dir", str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_environment(None))
+    assert done.returncode == 1, done.stderr
+    assert f"--replica-ports {port}-{port} holds the gateway's own port {port}" in done.stderr
+    assert "Traceback" not in done.stderr and "no free port" not in done.stderr
+    assert not list(tmp_path.glob("*.log"))  # refused before any replica was tried

@@ -15,15 +15,16 @@ import random
 
 import httpx
 import pytest
-from gate.helpers import agreeing, completion_chunk, profile, sse, usage_chunk
+from completion_events import completion_chunk, sse, usage_chunk
+from gate.helpers import agreeing, profile
 
 from tandem.cluster.fake import FakeBackend
-from tandem.contracts import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
+from tandem.deployment import DeploymentError, parse_deployment
+from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_HEADER, KEPT_TRACK_PATH
 from tandem.gate.state import GateState
 from tandem.gateway.app import create_gateway_app
 from tandem.gateway.wiring import Gateway, build_gateway
 from tandem.schedule.breaker import BreakerMode
-from tandem.schedule.deployment import DeploymentError, parse_deployment
 
 from .harness import metric
 
@@ -54,7 +55,7 @@ class Replicas:
         self.fetched: list[tuple[str, str]] = []
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "GET":  # the gate fetching a kept track: this mock keeps none
+        if request.method == "GET":  # the gate fetching a kept track: this mock lost it (evicted, say)
             self.fetched.append((request.url.host, request.url.path))
             return httpx.Response(404, json={"error": {"message": "no kept track"}})
         body = json.loads(request.content) if request.content else {}
@@ -69,7 +70,11 @@ class Replicas:
                     raise
             if self.candidate_status != 200:
                 return httpx.Response(self.candidate_status, json={"error": {"message": "candidate broke"}})
-        return httpx.Response(200, content=STREAM) if stream else httpx.Response(200, json=WHOLE)
+        # A tandem replica asked to keep a track says it keeps one (tandem.edge.keep_track).
+        said = {KEPT_TRACK_HEADER: "1"} if KEEP_TRACK_HEADER in request.headers else {}
+        if stream:
+            return httpx.Response(200, content=STREAM, headers=said)
+        return httpx.Response(200, json=WHOLE, headers=said)
 
     def to(self, prefix: str) -> list[dict]:
         return [body for host, body, _ in self.seen if host.startswith(prefix) and not body.get("echo")]

@@ -10,7 +10,7 @@ import pytest
 from tandem.cluster.backend import BackendError
 from tandem.cluster.local import PortRange, find_free_port
 from tandem.edge.settings import Settings
-from tandem.gateway.wiring import default_log_dir, local_backend, replica_environment
+from tandem.gateway.wiring import default_log_dir, local_backend, refuse_the_gateways_port, replica_environment
 
 
 def test_replicas_never_inherit_the_gateways_own_settings():
@@ -40,8 +40,8 @@ def test_logs_go_to_one_folder_per_gateway_run_under_the_cache(monkeypatch, tmp_
 def test_the_deployment_chooses_the_backend_and_the_banner_says_where_replicas_run(monkeypatch, tmp_path):
     import tandem.cluster.ray as ray_package
     from tandem.cluster.local import LocalBackend
+    from tandem.deployment import parse_deployment
     from tandem.gateway.wiring import choose_backend
-    from tandem.schedule.deployment import parse_deployment
 
     local = parse_deployment({"variants": [{"name": "a"}], "policy": {"name": "hpa"}})
     backend, where = choose_backend(Settings(), local, tmp_path, environ={})
@@ -67,3 +67,12 @@ def test_the_deployment_chooses_the_backend_and_the_banner_says_where_replicas_r
     monkeypatch.setattr(ray_package, "ray_backend", missing)
     with pytest.raises(BackendError, match=r"the ray backend needs Ray: pip install 'tandem\[ray\]'"):
         choose_backend(Settings(), on_ray, tmp_path)
+
+
+def test_a_replica_port_range_may_not_hold_the_gateways_own_port():
+    for ports in ((8000, 8000), (7990, 8010)):
+        with pytest.raises(BackendError, match=f"--replica-ports {ports[0]}-{ports[1]} holds the gateway's own port"):
+            refuse_the_gateways_port(Settings(port=8000, replica_ports=ports))
+    refuse_the_gateways_port(Settings(port=8000, replica_ports=(9000, 9099)))
+    refuse_the_gateways_port(Settings(port=8000))
+    refuse_the_gateways_port(Settings(port=0, replica_ports=(1, 65535)))  # the OS picks the gateway's port

@@ -4,7 +4,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from tandem.contracts import InferenceOptimizer, OptimizedModel
 from tandem.optimize import (
     RecipeError,
     apply_recipe,
@@ -17,6 +16,7 @@ from tandem.optimize import (
     validate_recipe,
 )
 from tandem.optimize.registry import OptimizerParam, RecipeStep
+from tandem.optimize.types import InferenceOptimizer, OptimizedModel
 
 
 def test_builtins_are_registered_with_versions_and_descriptions():

@@ -123,6 +123,32 @@ def test_the_primary_gives_up_with_the_replicas_own_error_after_its_attempts():
     assert "'fast'" in controller.fatal and "bad parameter for optimizer 'speculative' (2)" in controller.fatal
 
 
+def test_starts_the_backend_refuses_are_counted_backed_off_and_end_in_giving_up_with_why():
+    clock = FakeClock()
+    backend = FakeBackend(clock, capacity=0)  # every start raises BackendError: no process ever exists
+    controller = Controller(backend, [Pool(FAST, "scripted", Scripted(1), LIMITS)], clock, InFlight().loads)
+    for _ in range(6):  # 6 s of ticks: tries at 0, 1 and 3 s, given up since the third
+        controller.tick()
+        clock.advance(1.0)
+    assert backend.calls.count(("start", "fast")) == 3
+    assert controller.starts["fast"].failures == 3
+    assert controller.fatal is not None and "no room for another replica (capacity 0)" in controller.fatal
+    assert [e.error for e in controller.recent_exits] == ["no room for another replica (capacity 0)"] * 3
+
+
+def test_a_backend_bug_on_start_is_a_failed_start_too(caplog):
+    class Broken(FakeBackend):
+        def start(self, spec):
+            raise TypeError("start() got an unexpected keyword")
+
+    clock = FakeClock()
+    controller = Controller(Broken(clock), [Pool(FAST, "scripted", Scripted(1), LIMITS)], clock, InFlight().loads)
+    controller.tick()
+    assert controller.starts["fast"].failures == 1 and controller.starts["fast"].retry_at == clock.now + 1.0
+    assert controller.starts["fast"].last_error == "TypeError: start() got an unexpected keyword"
+    assert controller.recent_exits[-1].replica.replica_id == "(unnamed)"
+
+
 def test_a_replica_that_once_got_ready_resets_the_backoff_and_its_crash_is_replaced_at_once():
     clock, backend, _, controller, metrics = build(Scripted(1), config=ControllerConfig(start_attempts=2))
     controller.tick()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tandem.cluster import FakeBackend
+from tandem.cluster import BackendError, FakeBackend
 from tandem.schedule.controller import Controller, Pool
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.policies import ScaleLimits
@@ -45,9 +45,9 @@ def test_step_aborts_when_the_new_variant_never_gets_ready():
     assert r.phase is Phase.ABORTED and actions == (DrainVariant("b"),) and weights(r) == {"a": 1.0}
 
 
-def build(startup_s=5.0):
+def build(startup_s=5.0, backend_type=FakeBackend):
     clock = FakeClock()
-    backend = FakeBackend(clock, startup_s=startup_s)
+    backend = backend_type(clock, startup_s=startup_s)
     inflight = InFlight()
     limits = ScaleLimits(min_replicas=1, max_replicas=6)
     hold = lambda ctx: (max(ctx.current_replicas, ctx.limits.min_replicas), ctx.state)  # noqa: E731
@@ -131,6 +131,40 @@ def test_a_rollout_whose_replicas_fail_to_start_is_aborted_with_their_error():
     rollout = controller.rollout
     assert rollout.phase is Phase.ABORTED and "bad parameter for optimizer 'speculative'" in rollout.reason
     assert controller.primary == "int8" and "spec" not in controller.pools and controller.fatal is None
+    assert traffic.failed == 0 and traffic.cut == []
+
+
+class RefusingNew(FakeBackend):
+    """Starts of the new variant fail before any process exists, as a log file name too long made them."""
+
+    def start(self, spec):
+        if spec.variant != NEW.name:
+            return super().start(spec)
+        self.calls.append(("start", spec.variant))
+        raise BackendError("cannot start replica spec-9: [Errno 36] File name too long: '/logs/spec-9.log'",
+                           replica_id="spec-9")  # fmt: skip
+
+
+def test_a_rollout_whose_starts_fail_before_any_process_exists_is_aborted_within_seconds_with_why():
+    clock, backend, inflight, controller, metrics = build(backend_type=RefusingNew)
+    traffic = Traffic(backend, inflight, controller)
+    warm_up(clock, controller)
+    controller.use(NEW)
+    started_at = clock.now
+    while not controller.rollout.finished and clock.now - started_at < 600:
+        clock.advance(1.0)
+        traffic.finish(clock.now)
+        traffic.send(2, clock.now, 2.0)
+        controller.tick()
+    rollout = controller.rollout
+    assert rollout.phase is Phase.ABORTED and "File name too long" in rollout.reason, rollout
+    assert clock.now - started_at <= 10  # three tries, 1 s then 2 s apart: not the 600 s timeout
+    assert backend.calls.count(("start", "spec")) == 3  # backed off between them, not once a tick
+    assert controller.starts["spec"].failures == 3 and "File name too long" in controller.starts["spec"].last_error
+    (exit_,) = [e for e in controller.recent_exits if e.replica.variant == "spec"][-1:]
+    assert exit_.replica.replica_id == "spec-9" and exit_.code is None and "File name too long" in exit_.error
+    assert metrics.registry.get_sample_value("tandem:replica_restarts_total", {"variant": "spec"}) == 3
+    assert controller.primary == "int8" and controller.fatal is None
     assert traffic.failed == 0 and traffic.cut == []
 
 

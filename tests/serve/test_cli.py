@@ -46,8 +46,8 @@ def test_out_of_range_flags_are_usage_errors():
 
 def test_every_flag_is_also_a_setting_of_the_config_file_and_the_environment():
     """--help promises a config file (and TANDEM_*) takes the flags' names; keep it true."""
+    from tandem.cli import serve
     from tandem.edge.settings import Settings
-    from tandem.serve.cli import serve
 
     flags = {p.name for p in serve.params if p.expose_value} - {"config_file"}
     assert flags <= set(Settings.model_fields), flags - set(Settings.model_fields)

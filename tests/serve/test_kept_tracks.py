@@ -15,7 +15,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from tandem.contracts import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
+from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_HEADER, KEPT_TRACK_PATH
 from tandem.serve.kept_tracks import KeptTracks, keep_key
 
 from .conftest import API_KEY, FLEET_SECRET, MODEL_NAME
@@ -106,3 +106,16 @@ def test_a_lone_replica_ignores_the_keep_track_header(server):
         marked = client.post("/v1/completions", json=BODY, headers={KEEP_TRACK_HEADER: key})
         assert marked.status_code == 200 and marked.json()["choices"][0]["logprobs"] is None
         assert client.get(f"{KEPT_TRACK_PATH}/{key}").status_code == 404
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_answer_says_whether_its_track_is_kept(http, stream):
+    """The gateway never guesses (tandem.edge.keep_track): KEPT_TRACK_HEADER on what was kept, only there."""
+    kept = http.post("/v1/completions", json={**BODY, "stream": stream}, headers={KEEP_TRACK_HEADER: "said-" + "k" * 8})
+    assert kept.headers.get(KEPT_TRACK_HEADER) == "1"
+    assert http.get(f"{KEPT_TRACK_PATH}/said-{'k' * 8}").status_code == 200
+    unmarked = http.post("/v1/completions", json={**BODY, "stream": stream})
+    not_kept = http.post(
+        "/v1/completions", json={**BODY, "stream": stream, "n": 2}, headers={KEEP_TRACK_HEADER: "said-" + "n" * 8}
+    )
+    assert KEPT_TRACK_HEADER not in unmarked.headers and KEPT_TRACK_HEADER not in not_kept.headers

@@ -27,7 +27,13 @@ __all__ = [
 
 
 class BackendError(RuntimeError):
-    """A backend could not do what it was asked (no such replica, a process that would not start)."""
+    """A backend could not do what it was asked (no such replica, a process that would not start).
+
+    `replica_id`: the replica a failed `start` had named, where it got that far."""
+
+    def __init__(self, message: str, *, replica_id: str | None = None) -> None:
+        super().__init__(message)
+        self.replica_id = replica_id
 
 
 class ReplicaState(StrEnum):

@@ -9,8 +9,9 @@ so the server still goes when the gateway that started it is gone.
 Placeholders (`str.format` fields): PLACEHOLDERS. `{api_key}` is the fleet's secret (the bearer
 token the gateway sends every replica): an external replica gets it only where its template asks,
 best in `env` (`{VLLM_API_KEY: "{api_key}"}`), since a command line is visible to every user of
-the node. Without it, an external replica gets no secret at all, and serves unauthenticated on its
-port (bind it to loopback, or to a private network).
+the node (the gateway's own log lines carry it as [redacted] either way: tandem.edge.redact).
+Without it, an external replica gets no secret at all, and serves unauthenticated on its port
+(bind it to loopback, or to a private network).
 """
 
 from __future__ import annotations

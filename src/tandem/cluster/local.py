@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 
 from tandem.cluster.backend import BackendError, Replica, ReplicaExit, ReplicaSpec, ReplicaState
 from tandem.cluster.external import FLEET_SECRET_ENV, external_command, render
+from tandem.cluster.names import bounded_name
 
 __all__ = [
     "LocalBackend",
@@ -39,6 +41,7 @@ __all__ = [
     "ProcessHandle",
     "find_free_port",
     "http_ready_probe",
+    "log_file_name",
     "popen_spawner",
     "probe_ready",
     "replica_launch",
@@ -221,9 +224,20 @@ class LoggedProcess:
             return ""
 
 
+LOG_NAME_CHARS = 100  # a replica's log file name, less ".log"; file systems allow 255 bytes
+
+
+def log_file_name(replica_id: str) -> str:
+    """`<replica id>.log`; a longer id (a variant named at length) is cut to its start and a short hash
+    of it (tandem.cluster.names): a file name must fit in 255 bytes, or no replica ever starts."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", replica_id).lstrip(".") or "replica"
+    return bounded_name(safe, LOG_NAME_CHARS, source=replica_id) + ".log"
+
+
 def popen_spawner(log_dir: str | Path | None = None) -> Spawner:
     """Start replicas with subprocess.Popen in their own session (the gateway, not the terminal's
-    Ctrl-C, decides when they stop); output goes to LOG_DIR/<replica id>.log, or is discarded."""
+    Ctrl-C, decides when they stop); output goes to LOG_DIR/<replica id>.log (`log_file_name`), or
+    is discarded."""
 
     def spawn(argv: list[str], env: Mapping[str, str], replica_id: str) -> ProcessHandle:
         path = None
@@ -231,7 +245,7 @@ def popen_spawner(log_dir: str | Path | None = None) -> Spawner:
             out = subprocess.DEVNULL
         else:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
-            path = Path(log_dir) / f"{replica_id}.log"
+            path = Path(log_dir) / log_file_name(replica_id)
             out = open(path, "ab")  # noqa: SIM115 (the child gets its own descriptor; ours closes below)
         try:
             process = subprocess.Popen(
@@ -296,18 +310,21 @@ class LocalBackend:
             self._next += 1
             replica_id = f"{spec.variant}-{self._next}"
             taken = {p.port for p in (*self._live.values(), *self._stopping.values())}
-        port = self.ports(taken)
-        env = dict(self.base_env)
-        env.update(spec.env)
-        if spec.threads is not None:  # keep OpenMP pools of several replicas from fighting over cores
-            env.setdefault("OMP_NUM_THREADS", str(spec.threads))
-        argv, env = replica_launch(
-            spec, port, self.host, replica_id, env, parent_pid=self.parent_pid, command=self.command
-        )
+        # Whatever stops it before a process exists (no free port, a log file that cannot be opened, a
+        # program that is not there) is a BackendError naming the replica: the controller counts it
+        # as a failed start and backs off, as it does for a replica that exits.
         try:
+            port = self.ports(taken)
+            env = dict(self.base_env)
+            env.update(spec.env)
+            if spec.threads is not None:  # keep OpenMP pools of several replicas from fighting over cores
+                env.setdefault("OMP_NUM_THREADS", str(spec.threads))
+            argv, env = replica_launch(
+                spec, port, self.host, replica_id, env, parent_pid=self.parent_pid, command=self.command
+            )
             handle = self.spawn(argv, env, replica_id)
-        except OSError as exc:
-            raise BackendError(f"cannot start replica {replica_id}: {exc}") from exc
+        except (BackendError, OSError) as exc:
+            raise BackendError(f"cannot start replica {replica_id}: {exc}", replica_id=replica_id) from exc
         url = f"http://{self.host}:{port}"
         replica = Replica(replica_id, spec, ReplicaState.STARTING, url=url, started_at=self.clock())
         with self._lock:
@@ -365,15 +382,6 @@ class LocalBackend:
         """Stop every replica (SIGTERM now; `list()` later SIGKILLs any that outlive kill_after_s)."""
         for replica in self.list():
             self.stop(replica.replica_id)
-
-    def kill_stragglers(self) -> None:
-        """SIGKILL every replica still shutting down (the gateway's own deadline has passed)."""
-        with self._lock:
-            stragglers = list(self._stopping.values())
-        for proc in stragglers:
-            if proc.handle.poll() is None:
-                logger.warning("replica %s still running at the gateway's exit; SIGKILL", proc.replica.replica_id)
-                proc.handle.kill()
 
     @property
     def stopping(self) -> list[str]:

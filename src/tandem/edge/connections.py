@@ -16,7 +16,10 @@ protocol, keeps two rules:
   after its last response) closes after `header_timeout_s`;
 - cap: at most `max_connections` open; a new connection over the cap closes the oldest one still
   waiting for headers (idle keep-alive or half-sent: neither has a request running), or, when
-  every connection has a request running, is itself answered 503 and closed.
+  every connection has a request running, is itself answered 503 and closed;
+- header size: a request line and headers still arriving that are past `max_header_bytes` get
+  431 with an OpenAI-style body (h11 would answer a plain-text 400); a block that arrived whole is
+  measured by tandem.edge.headers, with the same answer.
 
 Requests in progress are never cut by either rule (their bodies have their own deadline,
 tandem.edge.bodies). What the guard closes is logged as one summary line per interval at most.
@@ -34,9 +37,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tandem.edge.errors import error_body
+from tandem.edge.headers import headers_too_large
 
 __all__ = ["ConnectionGuard", "descriptor_budget"]
 
@@ -44,6 +49,10 @@ logger = logging.getLogger("tandem.http")
 
 _FULL = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+_HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
 )
 
@@ -75,14 +84,16 @@ class ConnectionGuard:
         *,
         clock: Callable[[], float] = time.monotonic,
         report_every_s: float = 10.0,
+        max_header_bytes: int | None = None,
     ) -> None:
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
+        self.max_header_bytes = max_header_bytes
         self.clock = clock
         self.report_every_s = report_every_s
         self.open: set[Any] = set()
         self.waiting: OrderedDict[Any, asyncio.TimerHandle | None] = OrderedDict()  # oldest first
-        self.counts = {"timed_out": 0, "shed": 0, "refused": 0}  # since the last report
+        self.counts = {"timed_out": 0, "shed": 0, "refused": 0, "too_large": 0}  # since the last report
         self.totals = dict(self.counts)
         self._reported_at = -math.inf  # the first event is reported at once
         guard = self
@@ -93,6 +104,8 @@ class ConnectionGuard:
                 guard.opened(self)
 
             def data_received(self, data: bytes) -> None:
+                if guard.headers_overflow(self, data):
+                    return
                 super().data_received(data)
                 if _in_request(self):
                     guard.busy(self)
@@ -133,6 +146,22 @@ class ConnectionGuard:
         self._disarm(conn)
         self.open.discard(conn)
 
+    def headers_overflow(self, conn: Any, data: bytes) -> bool:
+        """Whether `data` takes a request's headers, still arriving, past the limit (then answered 431, closed)."""
+        limit = self.max_header_bytes
+        if limit is None or conn.conn.their_state is not h11.IDLE:  # IDLE: every byte is the next request's head
+            return False
+        pending = conn.conn.trailing_data[0]
+        if len(pending) + len(data) <= limit:
+            return False
+        end = (pending + data).find(b"\r\n\r\n")
+        if end != -1 and end + 4 <= limit:
+            return False  # a whole head within the limit, then its body (or a pipelined request)
+        body = json.dumps(headers_too_large(f"over {limit} bytes", limit).body()).encode()
+        conn.transport.write(_HEADERS_TOO_LARGE % (len(body), body))
+        self._close(conn, "too_large")
+        return True
+
     # --- closing -------------------------------------------------------------------------------
     def _disarm(self, conn: Any) -> None:
         timer = self.waiting.pop(conn, None)
@@ -162,10 +191,10 @@ class ConnectionGuard:
             c = self.counts
             logger.warning(
                 "connections closed since the last report: %d waiting for headers over %g s, %d idle or half-sent "
-                "to make room, %d refused with every connection busy (limit %d open; %d open now; reported at "
-                "most every %g s)",
-                c["timed_out"], self.header_timeout_s, c["shed"], c["refused"], self.max_connections,
-                len(self.open), self.report_every_s,
+                "to make room, %d refused with every connection busy, %d with headers over %s bytes (limit %d "
+                "open; %d open now; reported at most every %g s)",
+                c["timed_out"], self.header_timeout_s, c["shed"], c["refused"], c["too_large"], self.max_header_bytes,
+                self.max_connections, len(self.open), self.report_every_s,
             )  # fmt: skip
             self.counts = dict.fromkeys(self.counts, 0)
             self._reported_at = now

@@ -33,7 +33,7 @@ _OPTIONS = [
     ),
     click.option(
         "--max-header-bytes", type=click.IntRange(min=1024), default=None,
-        help="Largest request line and headers (then 400).  [default: 16384]",
+        help="Largest request line and headers together (then 431).  [default: 16384]",
     ),
     click.option(
         "--backlog", type=click.IntRange(min=1), default=None,

@@ -55,7 +55,7 @@ def uvicorn_config(
             "max_connections %d is over what this process's file descriptors allow; using %d",
             settings.max_connections, cap,
         )  # fmt: skip
-    guard = ConnectionGuard(cap, settings.header_timeout)
+    guard = ConnectionGuard(cap, settings.header_timeout, max_header_bytes=settings.max_header_bytes)
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, http=guard.protocol, log_config=None,
         log_level=settings.log_level, access_log=settings.access_log, server_header=False,

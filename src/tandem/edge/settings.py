@@ -131,7 +131,7 @@ class Settings(BaseModel):
     log_dir: str | None = None  # replica logs; default: $TANDEM_CACHE/logs/gateway-<time>-<pid>
     replica_ports: Annotated[tuple[int, int] | None, NoDecode] = None  # "9000-9099"; default: any free port
     queue_timeout: float = Field(60.0, gt=0)  # how long a request waits at the gateway for a replica
-    first_byte_timeout: float = Field(30.0, gt=0)  # a replica's first byte (see tandem.gateway.deadlines)
+    first_byte_timeout: float = Field(30.0, gt=0)  # a stream's first byte (see tandem.gateway.liveness)
     stream_idle_timeout: float = Field(30.0, gt=0)  # the longest pause between a stream's chunks
     backend: Literal["local", "ray"] | None = None  # where replicas run (default: the file's, else local)
     ray_address: str | None = Field(None, min_length=1)  # implies the ray backend; default: as ray.init finds one

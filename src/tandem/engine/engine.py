@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from tandem.contracts import OptimizedModel
 from tandem.engine.batcher import Batcher, StepPlan
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
@@ -34,6 +33,7 @@ from tandem.engine.speculation import Proposal, StepFeedback, verify
 from tandem.engine.step_batch import StepBatch
 from tandem.model.loader import Model
 from tandem.model.tokenizer import IncrementalDetokenizer
+from tandem.optimize.types import OptimizedModel
 
 __all__ = ["Engine", "EngineConfig", "RequestError", "PromptTooLongError"]
 

@@ -91,9 +91,6 @@ class PrefixCache:
     def num_free_slots(self) -> int:
         return len(self._free)
 
-    def is_free(self, slot: int) -> bool:
-        return slot in self._free
-
     @property
     def num_cached_blocks(self) -> int:
         """Blocks held across all slots, pinned (a running sequence's) or not (a free slot's)."""

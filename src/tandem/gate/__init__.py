@@ -15,39 +15,19 @@ Names are imported on first use, so registering `tandem gate` costs `tandem --he
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "Decision": "tandem.gate.state",
-    "Evidence": "tandem.gate.evidence",
-    "Gate": "tandem.gate.state",
-    "GateConfig": "tandem.gate.config",
-    "GateConfigError": "tandem.gate.config",
-    "GateSettings": "tandem.gate.config",
-    "GateState": "tandem.gate.state",
-    "GateVerdict": "tandem.gate.verdict",
-    "MetricVerdict": "tandem.gate.verdict",
-    "Observation": "tandem.gate.observation",
-    "Pair": "tandem.gate.pairs",
-    "PairLog": "tandem.gate.pairs",
-    "ResponseRecorder": "tandem.gate.observation",
-    "Sampling": "tandem.gate.pairs",
-    "Scorer": "tandem.gate.scoring",
-    "ShadowMirror": "tandem.gate.mirror",
-    "Side": "tandem.gate.sides",
-    "Ticket": "tandem.gate.mirror",
-    "TokenAgreement": "tandem.gate.agreement",
-    "Verdict": "tandem.gate.verdict",
-    "judge": "tandem.gate.evidence",
-    "observe": "tandem.gate.observation",
-    "parse_gate_settings": "tandem.gate.config",
-}
+from tandem.lazy import lazy_exports
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the exports, each loaded on first use (tandem.lazy)
+    from tandem.gate.agreement import TokenAgreement
+    from tandem.gate.config import GateConfig, GateConfigError, GateSettings, parse_gate_settings
+    from tandem.gate.evidence import Evidence, judge
+    from tandem.gate.mirror import ShadowMirror, Ticket
+    from tandem.gate.pairs import Pair, PairLog, Sampling
+    from tandem.gate.scoring import Scorer
+    from tandem.gate.sides import Side
+    from tandem.gate.state import Decision, Gate, GateState
+    from tandem.gate.verdict import GateVerdict, MetricVerdict, Verdict
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tandem.gate.logprobs import TokenTrack
+from tandem.measure.logprobs import TokenTrack
 
 __all__ = [
     "TokenAgreement",

@@ -231,7 +231,7 @@ def gate_command(
             "threads_per_replica": threads,
             "trace": trace or "bundled",
             "seconds": pair_run.seconds,
-        },  # fmt: skip
+        },
         "incumbent": _side_dict(inc, inc_source),
         "candidate": _side_dict(cand, cand_source),
         "mirror": pair_run.mirror,

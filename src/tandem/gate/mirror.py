@@ -37,9 +37,9 @@ from typing import Any
 
 import httpx
 
-from tandem.gate.observation import Observation, observe
 from tandem.gate.pairs import Pair, Sampling
 from tandem.gate.scoring import Kept, Scorer
+from tandem.measure.observation import Observation, observe
 
 __all__ = ["ShadowMirror", "Ticket", "MIRRORED_PATHS"]
 

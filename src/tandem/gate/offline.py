@@ -33,9 +33,9 @@ from tandem.cluster.backend import Backend, Replica, ReplicaSpec, ReplicaState
 from tandem.cluster.local import LocalBackend, popen_spawner
 from tandem.data.bundled import bundled_model_dir
 from tandem.gate.mirror import ShadowMirror
-from tandem.gate.observation import observe
 from tandem.gate.pairs import Pair
 from tandem.gate.scoring import COMPLETIONS, Scorer
+from tandem.measure.observation import observe
 from tandem.workload import load_workload
 
 __all__ = ["GateRunError", "OfflineRun", "PairRun", "run_pairs", "start_replicas", "stop_replicas", "workload_bodies"]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tandem.gate.agreement import TokenAgreement
-from tandem.gate.observation import Observation
+from tandem.measure.observation import Observation
 
 __all__ = ["Pair", "PairLog", "Sampling"]
 

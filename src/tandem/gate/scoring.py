@@ -5,7 +5,7 @@ For a completions pair, the candidate is sent the prompt plus the incumbent's co
 repeats the prompt with a logprob and the top alternative for each of its tokens, the first one
 null). The incumbent's own logprobs of the same tokens, even when the client never asked for
 logprobs, come the cheap way where they can: its tandem replica kept them while it generated the
-answer (`Kept`: tandem.contracts.KEEP_TRACK_HEADER) and hands them over once. Only where that
+answer (`Kept`: tandem.edge.keep_track.KEEP_TRACK_HEADER) and hands them over once. Only where that
 track is missing (another engine, evicted) or tokenized differently is the incumbent sent the
 same echo: a scoring prefill on a replica that serves clients, which is what the kept track saves.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from tandem.contracts import KEPT_TRACK_PATH
+from tandem.edge.keep_track import COMPLETIONS, KEPT_TRACK_PATH
 from tandem.gate.agreement import (
     TokenAgreement,
     TrackMismatch,
@@ -34,12 +34,10 @@ from tandem.gate.agreement import (
     teacher_forced,
     teacher_forced_kept,
 )
-from tandem.gate.logprobs import TokenTrack, parse_logprobs
-from tandem.gate.observation import Observation
+from tandem.measure.logprobs import TokenTrack, parse_logprobs
+from tandem.measure.observation import Observation
 
 __all__ = ["Scorer", "Kept", "echo_body", "COMPLETIONS"]
-
-COMPLETIONS = "/v1/completions"
 
 
 class _EchoRejected(Exception):

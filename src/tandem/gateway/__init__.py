@@ -20,25 +20,14 @@ Names are imported on first use, so importing the package (the flags) stays ligh
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = ["Gateway", "build_gateway", "create_gateway_app", "run_gateway", "serve_gateway"]
+from tandem.lazy import lazy_exports
 
-_HOME = {
-    "Gateway": "tandem.gateway.wiring",
-    "build_gateway": "tandem.gateway.wiring",
-    "create_gateway_app": "tandem.gateway.app",
-    "run_gateway": "tandem.gateway.run",
-    "serve_gateway": "tandem.gateway.cli",
-}
+if TYPE_CHECKING:  # the exports, each loaded on first use (tandem.lazy)
+    from tandem.gateway.app import create_gateway_app
+    from tandem.gateway.cli import serve_gateway
+    from tandem.gateway.run import run_gateway
+    from tandem.gateway.wiring import Gateway, build_gateway
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(_HOME[name]), name)
-    raise AttributeError(f"module 'tandem.gateway' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -23,11 +23,11 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tandem.deployment import variant_name
 from tandem.edge.bodies import ParsedBodyRoute
 from tandem.edge.errors import APIError
 from tandem.gateway.wiring import Gateway, PendingUse
 from tandem.schedule.controller import Snapshot
-from tandem.schedule.deployment import variant_name
 from tandem.schedule.variant import Variant
 
 __all__ = ["UseRequest", "build_admin_router", "replicas_view", "rollout_view", "variant_to_use"]

@@ -26,7 +26,9 @@ from tandem.cluster.backend import Backend
 from tandem.edge.auth import ApiKeyMiddleware
 from tandem.edge.bodies import RequestBodyMiddleware
 from tandem.edge.errors import install_error_handlers
+from tandem.edge.headers import HeaderLimitMiddleware
 from tandem.edge.openapi import Operation, install_openapi
+from tandem.edge.paths import CanonicalPathMiddleware
 from tandem.edge.prometheus import metrics_response
 from tandem.gateway.admin import build_admin_router
 from tandem.gateway.loads import poll_loads
@@ -95,12 +97,16 @@ def create_gateway_app(
     api_key: str | None = None,
     max_body_bytes: int = 1 << 20,
     body_timeout_s: float = 30.0,
+    max_header_bytes: int = 16384,
     on_fatal: Callable[[str], None] | None = None,
 ) -> FastAPI:
     """The app around `gw`. `on_fatal(message)` is called once if the primary variant can never start.
 
-    The same body checks as a replica's (size, time, JSON) run here first, so a request a replica
-    would refuse never leaves the gateway, and the proxy reads the body parsed once, off the loop.
+    Before anything else, the request line and headers are bounded (431 past `max_header_bytes`,
+    tandem.edge.headers) and the path must be canonical (404 otherwise, tandem.edge.paths), so the
+    key check, the routes and the proxy all see one path. Then the same body checks as a replica's
+    (size, time, JSON), so a request a replica would refuse never leaves the gateway, and the proxy
+    reads the body parsed once, off the loop.
     """
 
     @asynccontextmanager
@@ -151,8 +157,8 @@ def create_gateway_app(
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        for variant in {*gw.controller.pools, *gw.dispatcher.breakers.states}:
-            gw.metrics.observe_breaker(variant, gw.dispatcher.breakers.mode(variant))  # open -> half-open by time
+        # Open -> half-open by time; a variant that left the deployment (retired, rolled over) loses its series.
+        gw.metrics.observe_breakers({v: gw.dispatcher.breakers.mode(v) for v in gw.controller.pools})
         gw.requests.observe_buffered(gw.controller.pools, gw.inflight.buffered)
         return metrics_response(gw.registry)
 
@@ -186,8 +192,10 @@ def create_gateway_app(
         return await proxy(gw, request, "/v1/chat/completions")
 
     install_openapi(app, GATEWAY_OPERATIONS)
-    # Starlette runs the last-added middleware first: auth, then the body checks, then the routes.
+    # Starlette runs the last-added middleware first: header size, the path, auth, the body checks, the routes.
     app.add_middleware(RequestBodyMiddleware, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
     if api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key, protected=("/v1", "/admin", "/tokenize", "/detokenize"))
+    app.add_middleware(CanonicalPathMiddleware)
+    app.add_middleware(HeaderLimitMiddleware, max_header_bytes=max_header_bytes)
     return app

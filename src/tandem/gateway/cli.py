@@ -11,12 +11,18 @@ from pathlib import Path
 import click
 
 from tandem.cluster.backend import BackendError
+from tandem.deployment import DeploymentError, deployment_from_settings
+from tandem.edge.redact import redact_secrets_in_logs
 from tandem.edge.settings import Settings
-from tandem.gateway.deployment import deployment_from_settings
 from tandem.gateway.run import run_gateway
-from tandem.gateway.wiring import build_gateway, choose_backend, default_log_dir, new_fleet_secret
-from tandem.schedule.deployment import DeploymentError
-from tandem.schedule.profiles import ProfileError
+from tandem.gateway.wiring import (
+    build_gateway,
+    choose_backend,
+    default_log_dir,
+    new_fleet_secret,
+    refuse_the_gateways_port,
+)
+from tandem.schedule.profiles import ProfileError, cached_profile
 
 __all__ = ["serve_gateway"]
 
@@ -24,11 +30,13 @@ __all__ = ["serve_gateway"]
 def serve_gateway(settings: Settings) -> int:
     """Build the deployment and the gateway from `settings`, then serve. Returns the exit code."""
     try:
-        deployment = deployment_from_settings(settings)
-    except (DeploymentError, ProfileError) as exc:
+        refuse_the_gateways_port(settings)  # before any profile is measured or replica tried
+        deployment = deployment_from_settings(settings, profile=cached_profile)  # measures what the cache lacks
+    except (BackendError, DeploymentError, ProfileError) as exc:
         raise click.ClickException(str(exc)) from None
     log_dir = Path(settings.log_dir) if settings.log_dir else default_log_dir()
     secret = new_fleet_secret()  # this fleet's alone; replicas get it in their environment
+    redact_secrets_in_logs(secret)  # whatever a template or a replica's output makes of it (tandem.edge.redact)
     try:
         backend, where = choose_backend(settings, deployment, log_dir, fleet_secret=secret)
     except BackendError as exc:

@@ -9,6 +9,9 @@
 - `tandem:gateway_retries_total{variant}`: attempts re-run after failing on `variant`;
 - `tandem:gateway_stream_errors_total{variant}`: streams that broke after their first byte (they end
   with an error event).
+
+Every label comes from a closed set: variants of the deployment (or `none`), and the status codes
+the gateway sends; no client-chosen text (a method, a path, a model name) ever becomes a label.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tandem.schedule.metrics import set_gauges
 
 __all__ = ["GatewayMetrics", "NO_VARIANT"]
 
@@ -62,6 +67,7 @@ class GatewayMetrics:
             ("variant",),
             registry=registry,
         )
+        self._buffered_written: set[tuple[str, ...]] = set()
 
     def first_byte(self, variant: str, seconds: float) -> None:
         self.ttfb.labels(variant).observe(seconds)
@@ -71,5 +77,6 @@ class GatewayMetrics:
         self.duration.labels(variant).observe(seconds)
 
     def observe_buffered(self, variants: Iterable[str], buffered: Mapping[str, int]) -> None:
-        for variant in {*variants, *buffered}:
-            self.buffered.labels(variant).set(buffered.get(variant, 0))
+        """Requests waiting per variant of the deployment now (a variant that left it loses its series)."""
+        values = {(variant,): buffered.get(variant, 0) for variant in {*variants, *buffered}}
+        set_gauges(self.buffered, values, self._buffered_written)

@@ -19,7 +19,7 @@ __all__ = ["gateway_options"]
 def _print_deployment_schema(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from tandem.schedule.deployment import deployment_schema
+    from tandem.deployment import deployment_schema
 
     click.echo(json.dumps(deployment_schema(), indent=2))
     ctx.exit(0)
@@ -63,14 +63,17 @@ _OPTIONS = [
         "--first-byte-timeout",
         type=click.FloatRange(min=0, min_open=True),
         default=None,
-        help="Gateway: seconds to a stream's first chunk (a non-streaming answer: a replica health check); "
-        "a replica that misses it is skipped and the request re-run.  [default: 30]",
+        help="Gateway: seconds to a stream's first chunk (a non-streaming answer: a replica health check). "
+        "Past it the replica is asked: one that does not answer is skipped and the request re-run; one that does "
+        "is fine and the request alone is re-run once elsewhere, then answered 504.  [default: 30]",
     ),
     click.option(
         "--stream-idle-timeout",
         type=click.FloatRange(min=0, min_open=True),
         default=None,
-        help="Gateway: the longest pause between a stream's chunks.  [default: 30]",
+        help="Gateway: the longest pause between a stream's chunks (then that stream ends with an error event; "
+        "its replica is skipped only if it does not answer its health check or no stream on it moves).  "
+        "[default: 30]",
     ),
     click.option(
         "--shadow",

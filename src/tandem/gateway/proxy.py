@@ -6,7 +6,10 @@
   `data: [DONE]` (tandem.gateway.relay).
 - Deadlines (tandem.gateway.liveness): a stream's first chunk within `first_byte_timeout_s`; a
   non-streaming answer, or a GET /health from its replica every `first_byte_timeout_s` meanwhile.
-  A replica that misses one is declared unresponsive and the request re-run elsewhere.
+  A replica that misses one and does not answer its health check (or makes progress on none of
+  its streams) is declared unresponsive and the request re-run elsewhere. A replica that does
+  answer is fine: the late request alone is re-run once on another replica of its variant, else
+  (or late there too) answered 504 `first_byte_timeout`; its neighbours and the breaker never hear of it.
 - The body was checked and parsed at the edge (tandem.edge.bodies): what a replica would refuse
   as malformed never leaves the gateway, and a client's 4xx never counts against a replica.
 - Replicas get the fleet's secret (the client's own Authorization stays here).
@@ -15,9 +18,9 @@
   client that leaves meanwhile is forgotten at once, and a draining gateway answers 503 at once.
 - A client that leaves while its request is at a replica: the upstream request is closed, so the
   replica aborts it and frees its KV slot.
-- Shadow traffic (tandem.gateway.shadow): a sampled request is also copied to the gate's candidate
-  at arrival; its `Tap` records the incumbent's answer as it is relayed, and the copy is cancelled
-  if the client leaves first. Nothing here waits for the copy.
+- What happens to each request is told to the gateway's observers as events (attempt, response,
+  chunk, done or cancelled: tandem.gateway.observers); shadow traffic is one of them. Nothing
+  here waits for an observer.
 Nothing here knows how a replica serves: it forwards bytes.
 """
 
@@ -38,10 +41,10 @@ from tandem.edge.bodies import NO_BODY, parsed_body
 from tandem.edge.errors import APIError
 from tandem.edge.errors import error_response as api_error_response
 from tandem.edge.streams import ClientDisconnected, until_disconnect
-from tandem.gateway.liveness import Unresponsive
+from tandem.gateway.liveness import Probe, RequestTimeout, Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
+from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
 from tandem.gateway.relay import Relay, RelayResponse, failure_kind
-from tandem.gateway.shadow import NO_TAP, Tap
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
 from tandem.schedule.fallback import ErrorEvent, Fail, FailureKind, PassThrough, Retry, classify_status
@@ -129,22 +132,32 @@ async def proxy(gw: Gateway, request: Request, path: str) -> Response:
     """POST `path` (completions, chat) through a replica; a client that leaves first frees everything."""
     timing = _Timing(gw)
     body = await request.body()
-    tap = NO_TAP
-    if gw.shadow is not None and not gw.draining:
-        tap = gw.shadow.offer(path, parsed_body(request.scope), request.headers)
+    # A draining gateway answers 503 at once: nothing for an observer to see.
+    seen = (
+        NO_REQUEST_OBSERVER if gw.draining else gw.observer.request(path, parsed_body(request.scope), request.headers)
+    )
     try:
-        response = await until_disconnect(_serve(gw, request, path, body, timing, tap), request.receive)
+        response = await until_disconnect(_serve(gw, request, path, body, timing, seen), request.receive)
     except ClientDisconnected:
-        tap.cancel()
+        seen.cancelled()
         timing.finish(CLIENT_CLOSED)
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it
-    if not isinstance(response, RelayResponse):  # a relay reports to the tap itself
+    if not isinstance(response, RelayResponse):  # a relay reports the stream's end itself
         timing.finish(response.status_code)
-        tap.settle(response.status_code, bytes(response.body), gw.clock())
+        _answered(seen, None, response.status_code, response.headers, bytes(response.body), gw.clock())
     return response
 
 
-async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: _Timing, tap: Tap) -> Response:
+def _answered(seen: RequestObserver, variant: str | None, status: int, headers: Any, content: bytes, at: float) -> None:
+    """A whole answer (not streamed) from `variant` (None: the gateway's own), told to the observers."""
+    seen.response(status, headers, at)
+    seen.chunk(content, at)
+    seen.done(variant, at)
+
+
+async def _serve(
+    gw: Gateway, request: Request, path: str, body: bytes, timing: _Timing, seen: RequestObserver
+) -> Response:
     if gw.draining:
         return error_response(503, "the gateway is shutting down and accepts no new requests", "shutting_down")
     payload = parsed_body(request.scope)  # checked and parsed at the edge, off the loop when large
@@ -163,30 +176,54 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             503, f"no replica became ready within {gw.buffer_timeout_s:g} s", "no_replica", {"Retry-After": "1"}
         )
     attempts = [target]
+    late = 0  # attempts whose first byte was late on a replica that served its other requests
     while True:
         target = attempts[-1]
         upstream: httpx.Response | None = None
         content = b""
-        tap.attempt(stream, gw.clock(), target.url)
-        sent = {**headers, **tap.headers()}
+        seen.attempt(target.url, stream, gw.clock())
+        sent = {**headers, **seen.headers()}
+        probe = _health_probe(gw, target)
         try:
             if stream:
-                upstream, started = await _start_stream(gw, target, path, body, sent)
+                upstream, started = await _start_stream(gw, target, path, body, sent, probe)
                 if isinstance(started, Started):  # the first chunk came: commit our own 200 now
                     timing.first_byte(target.variant)
-                    tap.status(upstream.status_code)
-                    tap.feed(started.first, gw.clock())
+                    seen.response(upstream.status_code, upstream.headers, gw.clock())
+                    seen.chunk(started.first, gw.clock())
                     relay = Relay(
-                        gw, upstream, started.first, started.chunks, attempts, prompt_tokens, timing.finish, tap
-                    )
+                        gw, upstream, started.first, started.chunks, attempts, prompt_tokens, timing.finish, seen,
+                        probe,
+                    )  # fmt: skip
                     return RelayResponse(relay, upstream.status_code, _headers(upstream))
                 content, kind = started
             else:
                 upstream = await gw.liveness.answer(
-                    target.replica_id, _post(gw, target.url + path, body, sent), gw.first_byte_timeout_s,
-                    probe=lambda url=target.url, variant=target.variant: _answers_health(gw, url, variant),
-                )  # fmt: skip
+                    target.replica_id, _post(gw, target.url + path, body, sent), gw.first_byte_timeout_s, probe
+                )
                 content, kind = upstream.content, classify_status(upstream.status_code)
+        except RequestTimeout as exc:  # this request alone is late: never its neighbours', nor the breaker's business
+            gw.dispatcher.abandoned(target)
+            late += 1
+            nxt = None
+            if late == 1:  # once elsewhere, in case it was the replica's queue; slow everywhere: not again
+                exclude = frozenset(a.replica_id for a in attempts)
+                nxt = gw.dispatcher.pick(replace(route, exclude=exclude), variant=target.variant)
+            # A warning, rate-limited by the log's filter: clients choose how many of their requests are slow.
+            logger.warning("attempt %d: %s; %s", len(attempts), exc, "retried elsewhere" if nxt else "answered 504")
+            if nxt is not None:
+                gw.requests.retries.labels(target.variant).inc()
+                attempts.append(nxt)
+                continue
+            timing.first_byte(target.variant)
+            return error_response(
+                504,
+                f"the model sent no first byte within {exc.seconds:g} s (the gateway's first_byte_timeout) on "
+                f"{'any of ' + str(len(attempts)) + ' replicas' if len(attempts) > 1 else 'its replica'}; "
+                "a request that holds its text back (a long stop string) or a slow logits processor can take "
+                "longer: raise the timeout, or make the request lighter",
+                "first_byte_timeout",
+            )
         except (httpx.HTTPError, StopAsyncIteration, Unresponsive) as exc:
             if upstream is not None:
                 await upstream.aclose()
@@ -199,10 +236,15 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
         if kind is None:
             gw.dispatcher.succeeded(target, *_usage(content))
             timing.first_byte(target.variant)
-            tap.answered(target.variant, upstream.status_code, content, gw.clock())
+            _answered(seen, target.variant, upstream.status_code, upstream.headers, content, gw.clock())
             return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
         decision = gw.dispatcher.failed(attempts, kind, first_byte_sent=False)
-        logger.info("attempt %d on %s failed (%s): %s", len(attempts), target.replica_id, kind, type(decision).__name__)
+        # A client's own 4xx is its business, not the operator's: a scan of 404s must not write a line each.
+        # A replica's failure is the operator's: a warning, which the log's filter rate-limits under a flood.
+        level = logging.DEBUG if kind is FailureKind.CLIENT_ERROR else logging.WARNING
+        logger.log(
+            level, "attempt %d on %s failed (%s): %s", len(attempts), target.replica_id, kind, type(decision).__name__
+        )
         if isinstance(decision, Retry):
             gw.requests.retries.labels(target.variant).inc()
             nxt = gw.dispatcher.pick(replace(route, exclude=decision.exclude), variant=decision.variant)
@@ -212,7 +254,7 @@ async def _serve(gw: Gateway, request: Request, path: str, body: bytes, timing: 
             return error_response(503, f"no replica of {decision.variant} could take the retry", "no_replica")
         timing.first_byte(target.variant)
         if isinstance(decision, PassThrough) and upstream is not None:
-            tap.answered(target.variant, upstream.status_code, content, gw.clock())
+            _answered(seen, target.variant, upstream.status_code, upstream.headers, content, gw.clock())
             return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
         message = decision.message if isinstance(decision, Fail | ErrorEvent) else "the request failed"
         return error_response(decision.status if isinstance(decision, Fail) else 503, message, "upstream_failed")
@@ -230,14 +272,14 @@ class Started:
 
 
 async def _start_stream(
-    gw: Gateway, target: Target, path: str, body: bytes, headers: dict[str, str]
+    gw: Gateway, target: Target, path: str, body: bytes, headers: dict[str, str], probe: Probe
 ) -> tuple[httpx.Response, Started | tuple[bytes, FailureKind | None]]:
     """Send a streaming request; within the first-byte deadline, read its first chunk (a 2xx) or its
     whole answer (anything else). The upstream stays open for the relay in the first case."""
     assert gw.client is not None
     upstream = None
     try:
-        async with gw.liveness.deadline(target.replica_id, gw.first_byte_timeout_s, "first byte"):
+        async with gw.liveness.deadline(target.replica_id, gw.first_byte_timeout_s, "first byte", probe):
             request = gw.client.build_request("POST", target.url + path, content=body, headers=headers)
             upstream = await gw.client.send(request, stream=True)
             kind = classify_status(upstream.status_code)
@@ -246,6 +288,7 @@ async def _start_stream(
                 first = b""
                 while not first:  # the first bytes, before committing our own 200
                     first = await chunks.__anext__()
+                gw.liveness.progress(target.replica_id)
                 return upstream, Started(first, chunks)
             content = await upstream.aread()
             await upstream.aclose()
@@ -254,6 +297,11 @@ async def _start_stream(
         if upstream is not None:
             await upstream.aclose()
         raise
+
+
+def _health_probe(gw: Gateway, target: Target) -> Probe:
+    """Whether `target`'s replica answers its health check: asked when one of its requests is late."""
+    return lambda: _answers_health(gw, target.url, target.variant)
 
 
 async def _answers_health(gw: Gateway, url: str, variant: str) -> bool:
@@ -277,8 +325,13 @@ async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:
     ready = [r for r in gw.backend.list() if r.state is ReplicaState.READY]
     ready.sort(key=lambda r: r.variant != gw.controller.primary)
     for replica in ready:
+        url = httpx.URL(replica.url + path)
+        if url.path != path:  # the client resolved something (a dot segment): not the route asked for
+            return error_response(
+                404, f"no such endpoint: {path[:120]!r} is not a path this gateway serves", "not_found"
+            )
         try:
-            upstream = await gw.client.request(request.method, replica.url + path, headers=headers, content=body)
+            upstream = await gw.client.request(request.method, url, headers=headers, content=body)
         except httpx.HTTPError:
             continue
         return Response(upstream.content, status_code=upstream.status_code, headers=_headers(upstream))

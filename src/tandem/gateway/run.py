@@ -100,7 +100,7 @@ def run_gateway(
 
     app = create_gateway_app(
         gw, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout,
-        on_fatal=on_fatal,
+        max_header_bytes=settings.max_header_bytes, on_fatal=on_fatal,
     )  # fmt: skip
     # Each client connection may hold one to a replica as well: two descriptors per connection.
     config = uvicorn_config(app, settings, shutdown_timeout_s=gw.shutdown_timeout_s, per_connection_fds=2)

@@ -8,13 +8,15 @@ A deployment with a `gate:` block (or `tandem serve --shadow RECIPE`) gets one `
   incumbent's. Copies go straight to the candidate's replicas, never through the Dispatcher, so
   they count against no breaker, no in-flight estimate and none of the client-facing metrics;
   a copy that fails is the candidate's error, never the client's;
-- a `Tap` per mirrored request: the proxy feeds it the incumbent's answer as it relays it (per
-  attempt: a retried request is timed from its last attempt), then hands the incumbent's
-  Observation to the mirror once the client has it all, or cancels the mirror when the client left.
-  A mirrored completion picked for accuracy scoring (one text prompt, no logprobs asked; a random
-  `accuracy.score_fraction` of the pairs) also asks the incumbent's replica to keep its own
-  logprobs (`Tap.headers`, tandem.contracts.KEEP_TRACK_HEADER): the gate's scoring then costs
-  that client-facing replica no second prefill (tandem.gate.scoring);
+- it is one of the gateway's observers (tandem.gateway.observers): a mirrored request gets a
+  request observer the proxy reports the incumbent's answer to as it relays it (per attempt: a
+  retried request is timed from its last attempt), which hands the incumbent's Observation to the
+  mirror once the client has it all, or cancels the mirror when the client left. The proxy has no
+  shadow code. A mirrored completion picked for accuracy scoring (a random `accuracy.score_fraction`
+  of the pairs) that a replica keeps a track of (tandem.edge.keep_track, the one rule) also asks
+  the incumbent's replica to keep its own logprobs: the gate's scoring then costs that
+  client-facing replica no second prefill (tandem.gate.scoring). The replica's answer says whether
+  it kept one; where it did not, the pair is scored by an echo on the incumbent;
 - `tick(now)`, after each Controller.tick (in the control loop's thread): `Gate.evaluate`. On
   PASS with auto_promote the gate calls `Controller.use(candidate)` (the rollout: zero failed
   requests); FAIL and INCONCLUSIVE stop shadowing, keep the incumbent and retire the candidate's
@@ -43,22 +45,23 @@ import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from tandem.contracts import KEEP_TRACK_HEADER
+from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_HEADER, keeps_track
 from tandem.gate.config import GateConfig
 from tandem.gate.mirror import ShadowMirror, Ticket
-from tandem.gate.observation import ResponseRecorder
 from tandem.gate.pairs import PairLog
 from tandem.gate.private_files import open_private
-from tandem.gate.scoring import COMPLETIONS, Kept, Scorer
+from tandem.gate.scoring import Kept, Scorer
 from tandem.gate.sides import Side
 from tandem.gate.state import Decision, Gate, GateState
+from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
+from tandem.measure.observation import ResponseRecorder
 from tandem.pricing import DEFAULT_PRICE
 from tandem.schedule import restarts
 from tandem.schedule.controller import Controller
 from tandem.schedule.dispatch import Dispatcher
 from tandem.schedule.variant import Variant
 
-__all__ = ["GatewayShadow", "NO_TAP", "Tap", "STATE_CODES", "OUTCOMES"]
+__all__ = ["GatewayShadow", "STATE_CODES", "OUTCOMES"]
 
 logger = logging.getLogger("tandem.gate")
 
@@ -76,69 +79,54 @@ def _side(variant: Variant) -> Side:
     return Side(variant.name, variant.profile, price, profile_error=missing)
 
 
-class Tap:
-    """One mirrored request's incumbent side, fed by the proxy. Inactive (NO_TAP) when not mirrored."""
+class _MirroredRequest:
+    """One mirrored request's incumbent side: a RequestObserver (tandem.gateway.observers) the proxy
+    reports to as it relays the incumbent's answer; per attempt (a retried request is timed from its
+    last attempt)."""
 
-    def __init__(
-        self, shadow: GatewayShadow | None, ticket: Ticket | None, arrived: float, keep_key: str | None = None
-    ) -> None:
+    def __init__(self, shadow: GatewayShadow, ticket: Ticket, arrived: float, keep_key: str | None = None) -> None:
         self.shadow, self.ticket, self.keep_key = shadow, ticket, keep_key
         self.recorder = ResponseRecorder(arrived, False)
-        self.reported = ticket is None
+        self.reported = False
         self.url: str | None = None  # the replica of the current attempt
+        self.kept = False  # that replica said it keeps this answer's track (KEPT_TRACK_HEADER)
 
-    def attempt(self, stream: bool, at: float, url: str | None = None) -> None:
-        """A new attempt is sent to the replica at `url`: time it from now."""
+    def attempt(self, url: str, stream: bool, at: float) -> None:
         if not self.reported:
             self.recorder = ResponseRecorder(at, stream)
-            self.url = url
+            self.url, self.kept = url, False
 
-    def headers(self) -> dict[str, str]:
+    def headers(self) -> Mapping[str, str]:
         """What the incumbent's request carries besides the client's: the ask to keep its track."""
         return {KEEP_TRACK_HEADER: self.keep_key} if self.keep_key is not None and not self.reported else {}
 
-    def status(self, code: int) -> None:
+    def response(self, status: int, headers: Mapping[str, str], at: float) -> None:
         if not self.reported:
-            self.recorder.status(code)
+            self.recorder.status(status)
+            self.kept = headers.get(KEPT_TRACK_HEADER) == "1"
 
-    def feed(self, data: bytes, at: float) -> None:
+    def chunk(self, data: bytes, at: float) -> None:
         if not self.reported:
             self.recorder.feed(data, at)
 
-    def finished(self, variant: str, at: float, error: str | None = None) -> None:
-        """The client has the whole answer, served by `variant` (or it broke: `error`)."""
+    def done(self, variant: str | None, at: float, error: str | None = None) -> None:
+        """The client has the whole answer, served by `variant` (None: the gateway answered itself, which
+        is the incumbent's side failing; `error`: a stream broke)."""
         if self.reported:
             return
-        assert self.shadow is not None and self.ticket is not None
         self.reported = True
-        if variant != self.shadow.incumbent:  # the fallback served it: no pair with the incumbent
+        if variant is not None and variant != self.shadow.incumbent:  # the fallback served it: no pair
             self.shadow.count("not_incumbent")
             self.ticket.cancel()
             return
-        kept = Kept(self.url, self.keep_key) if self.keep_key is not None and self.url is not None else None
+        kept = Kept(self.url, self.keep_key) if self.kept and self.keep_key and self.url else None
         self.ticket.incumbent_done(self.recorder.finish(at, error), kept)
 
-    def answered(self, variant: str, status: int, content: bytes, at: float) -> None:
-        """A whole (non-streamed) answer from `variant`."""
-        self.status(status)
-        self.feed(content, at)
-        self.finished(variant, at)
-
-    def settle(self, status: int, content: bytes, at: float) -> None:
-        """The gateway answered itself (no replica, a failed retry): the incumbent's side failed."""
-        if not self.reported:
-            assert self.shadow is not None
-            self.answered(self.shadow.incumbent, status, content, at)
-
-    def cancel(self) -> None:
+    def cancelled(self) -> None:
         """The client left before it had the whole answer: abandon the mirror."""
         if not self.reported:
-            assert self.ticket is not None
             self.reported = True
             self.ticket.cancel()
-
-
-NO_TAP = Tap(None, None, 0.0)
 
 
 class GatewayShadow:
@@ -205,16 +193,19 @@ class GatewayShadow:
             and self._url(self.candidate) is not None
         )
 
-    def offer(self, path: str, payload: Any, headers: Mapping[str, str]) -> Tap:
-        """A Tap for this request: live when it is mirrored, NO_TAP when it is not. Returns at once."""
+    def request(self, path: str, payload: Any, headers: Mapping[str, str]) -> RequestObserver:
+        """The gateway's Observer: a mirrored request's observer, or NO_REQUEST_OBSERVER. Returns at once."""
         if self.mirror is None or not isinstance(payload, dict):
-            return NO_TAP
+            return NO_REQUEST_OBSERVER
         kept = {k: v for k, v in headers.items() if k.lower() in _KEPT_HEADERS}
         ticket = self.mirror.offer(path, payload, kept)
         if ticket is None:
-            return NO_TAP
-        keeps = ticket.scored and _keeps_track(path, payload)
-        return Tap(self, ticket, self.clock(), secrets.token_urlsafe(16) if keeps else None)
+            return NO_REQUEST_OBSERVER
+        keeps = ticket.scored and keeps_track(
+            path, prompt=payload.get("prompt"), n=payload.get("n"), logprobs=payload.get("logprobs"),
+            echo=payload.get("echo"),
+        )  # fmt: skip
+        return _MirroredRequest(self, ticket, self.clock(), secrets.token_urlsafe(16) if keeps else None)
 
     def count(self, outcome: str) -> None:
         self.counts[outcome] += 1
@@ -291,15 +282,6 @@ def _scoring_counts(scorer: Scorer) -> dict[str, int]:
         "incumbent_echoed": scorer.teacher_forced - scorer.kept, "kept_track_missed": scorer.kept_missed,
         "failures": scorer.failures, "mismatches": scorer.mismatches,
     }  # fmt: skip
-
-
-def _keeps_track(path: str, payload: dict[str, Any]) -> bool:
-    """Whether the incumbent's replica keeps this request's track when asked (one text prompt, no echo,
-    no logprobs asked; one choice: the mirror takes no other); tandem.serve.openai_api keeps no other."""
-    return (
-        path == COMPLETIONS and isinstance(payload.get("prompt"), str) and payload.get("logprobs") is None
-        and not payload.get("echo")
-    )  # fmt: skip
 
 
 class _GateCollector:

@@ -29,14 +29,14 @@ from prometheus_client import CollectorRegistry
 from tandem.cluster.backend import Backend, BackendError, ReplicaState
 from tandem.cluster.external import FLEET_SECRET_ENV
 from tandem.cluster.local import LocalBackend, PortRange, find_free_port, popen_spawner
+from tandem.deployment import Deployment, ProfileSource
 from tandem.edge.settings import Settings, settings_environment, settings_variables
-from tandem.gateway.deployment import ProfileSource
 from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
+from tandem.gateway.observers import NO_OBSERVER, Observer, Observers
 from tandem.gateway.shadow import GatewayShadow
 from tandem.schedule.breaker import BreakerBoard
 from tandem.schedule.controller import Controller
-from tandem.schedule.deployment import Deployment
 from tandem.schedule.dispatch import Dispatcher
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.profiles import cache_dir, cached_profile
@@ -52,6 +52,7 @@ __all__ = [
     "default_log_dir",
     "local_backend",
     "new_fleet_secret",
+    "refuse_the_gateways_port",
     "replica_environment",
 ]
 
@@ -101,6 +102,7 @@ class Gateway:
     fatal: str | None = None  # the primary can never start: the process exits non-zero with this
     pending: PendingUse | None = None
     shadow: GatewayShadow | None = None  # the validation gate's shadow traffic, when the deployment has a gate
+    observer: Observer = NO_OBSERVER  # told what happens to each request (tandem.gateway.observers): the shadow
     _changed: asyncio.Event | None = field(default=None, repr=False)
 
     def ready(self) -> bool:
@@ -199,6 +201,7 @@ def build_gateway(
         read_timeout_s=read_timeout_s, shutdown_timeout_s=shutdown_timeout_s,
         first_byte_timeout_s=first_byte_timeout_s, stream_idle_timeout_s=stream_idle_timeout_s,
         fleet_secret=fleet_secret, liveness=liveness, clock=clock, profile=profile, shadow=shadow,
+        observer=Observers([shadow]) if shadow is not None else NO_OBSERVER,
     )  # fmt: skip
 
 
@@ -233,6 +236,19 @@ def local_backend(
         # Longer than a replica's own drain (its --shutdown-timeout), so SIGKILL is the exception.
         kill_after_s=settings.shutdown_timeout + 10.0,
     )
+
+
+def refuse_the_gateways_port(settings: Settings) -> None:
+    """BackendError when the replicas' port range holds the gateway's own port: a replica could never
+    take it (the gateway holds it), and a range of that port alone would never start one at all."""
+    if settings.replica_ports is None or settings.port == 0:
+        return
+    low, high = settings.replica_ports
+    if low <= settings.port <= high:
+        raise BackendError(
+            f"--replica-ports {low}-{high} holds the gateway's own port {settings.port} (--port): give the "
+            "replicas a range without it"
+        )
 
 
 def choose_backend(

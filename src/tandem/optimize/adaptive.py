@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from tandem.contracts import OptimizedModel
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback
 from tandem.optimize.draft_length import (
@@ -41,6 +40,7 @@ from tandem.optimize.draft_length import (
 )
 from tandem.optimize.ngram import lookup
 from tandem.optimize.speculative import DraftModelSpeculator, load_draft
+from tandem.optimize.types import OptimizedModel
 
 __all__ = ["AdaptiveSpeculator", "AdaptiveSpeculative", "AdaptiveNgram"]
 

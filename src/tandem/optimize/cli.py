@@ -1,4 +1,5 @@
-"""`tandem optimizers`, `tandem profile` and `tandem bench`: the optimization layer's commands."""
+"""`tandem optimizers` and `tandem bench`, the optimization layer's commands, and the recipe side of
+`tandem profile` (the command itself is tandem.cli's: it also imports and measures black-box)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import click
 
-__all__ = ["BadRecipe", "bench_command", "check_recipe", "optimizers_command", "profile_command"]
+__all__ = ["BadRecipe", "bench_command", "check_recipe", "optimizers_command", "profile_recipe"]
 
 
 class BadRecipe(click.ClickException):
@@ -42,85 +43,12 @@ def optimizers_command() -> None:
     Console().print(table)
 
 
-@click.command("profile")
-@click.option("--model", "model_dir", type=click.Path(), default=None, help="HF model directory (default: bundled)")
-@click.option(
-    "--recipe",
-    default=None,
-    help="e.g. int8+speculative(k=4) (default: the recipe `tandem serve` serves, the bench's best)",
-)
-@click.option("--batch-sizes", default="1,2,4,8,16,32", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None)
-@click.option("--threads", type=click.IntRange(min=1), default=None)
-@click.option(
-    "--from-splitwise",
-    "splitwise",
-    metavar="MODEL/HARDWARE",
-    default=None,
-    help="Build the Profile from the bundled splitwise GPU timings instead (e.g. llama2-70b/h100-80gb).",
-)
-@click.option("--tensor-parallel", type=click.IntRange(min=1), default=None, help="splitwise: accelerators per replica")
-@click.option(
-    "--cold-start-s",
-    type=click.FloatRange(min=0),
-    default=60.0,
-    show_default=True,
-    help="splitwise, endpoint: seconds a replica takes to start (not measured; a large model takes about a minute)",
-)
-@click.option(
-    "--speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, help="splitwise: project x this speed"
-)
-@click.option("--weight-bits", type=click.Choice(["16", "8", "4"]), default="16", help="splitwise: project the weights")
-@click.option("-q", "--quiet", is_flag=True, help="no progress bar (there is none when stderr is not a terminal)")
-@click.option("--endpoint", metavar="URL", default=None, help="Measure a running OpenAI-compatible server black-box.")
-@click.option("--concurrency", default="1,4,8,16,32", show_default=True, help="endpoint: concurrency levels")
-@click.option("--hardware", default=None, help="endpoint: what it runs on, for the Profile (e.g. h100-80gb)")
-@click.option("--api-key", envvar="TANDEM_ENDPOINT_API_KEY", default=None, help="endpoint: its bearer token")
-def profile_command(
-    model_dir, recipe, batch_sizes, output, threads, splitwise, tensor_parallel, cold_start_s, speedup, weight_bits,
-    quiet, endpoint, concurrency, hardware, api_key,
-) -> None:  # fmt: skip
-    """Measure a recipe's Profile (throughput by batch size, TTFT, memory, cold start), or import one.
-
-    With --from-splitwise the Profile is built from measured GPU timings (source "imported"; with
-    --speedup or --weight-bits, "projected" and the factor is stated in the Profile). With
-    --endpoint URL any running OpenAI-compatible server (vLLM, SGLang, llama.cpp) is measured
-    black-box over HTTP (--model: the name it serves; default: the first of GET /v1/models).
-    """
-    if endpoint:
-        from tandem.profile_endpoint import profile_endpoint_cli
-
-        given = click.get_current_context().get_parameter_source("cold_start_s").name != "DEFAULT"
-        try:
-            profile = profile_endpoint_cli(
-                endpoint, model_dir, concurrency, cold_start_s if given else 0.0, hardware, api_key,
-                lambda line: click.echo(line, err=True),
-            )  # fmt: skip
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
-        _write_profile(profile, output)
-        return
-    if splitwise:
-        from tandem.data.splitwise import splitwise_profile
-
-        projected = speedup != 1.0 or weight_bits != "16"
-        try:
-            profile = splitwise_profile(
-                splitwise,
-                tensor_parallel=tensor_parallel,
-                cold_start_s=cold_start_s,
-                speedup=speedup,
-                weight_bits=int(weight_bits),
-                recipe=recipe if projected and recipe != "baseline" else None,
-            )
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
-        _write_profile(profile, output)
-        return
+def profile_recipe(model_dir: str | None, recipe: str | None, batch_sizes: str, threads: int | None, quiet: bool):
+    """`tandem profile --recipe R`: measure the recipe's Profile on this machine (a progress bar on a terminal)."""
     from tandem.model import ModelLoadError
     from tandem.optimize import RecipeError, defaults
     from tandem.optimize.profile import measure_profile
-    from tandem.optimize.progress import StepProgress
+    from tandem.progress import StepProgress
 
     try:
         sizes = tuple(sorted({int(b) for b in batch_sizes.split(",")}))
@@ -131,17 +59,9 @@ def profile_command(
     recipe = check_recipe(recipe or defaults.DEFAULT_RECIPE)
     try:
         with StepProgress(f"profile {recipe}", quiet=quiet) as bar:
-            profile = measure_profile(model_dir, recipe, batch_sizes=sizes, threads=threads, progress=bar.step)
+            return measure_profile(model_dir, recipe, batch_sizes=sizes, threads=threads, progress=bar.step)
     except (ModelLoadError, RecipeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    _write_profile(profile, output)
-
-
-def _write_profile(profile, output: str | None) -> None:
-    text = profile.to_json()
-    if output:
-        Path(output).write_text(text + "\n")
-    click.echo(text)
 
 
 def _hf_rows(asked: bool | None, console) -> bool:
@@ -213,7 +133,7 @@ def bench_command(
     from tandem.optimize import RecipeError
     from tandem.optimize.bench import DEFAULT_PRICE, rows_as_json, run_bench
     from tandem.optimize.bench_workers import BenchWorkerError
-    from tandem.optimize.progress import StepProgress
+    from tandem.progress import StepProgress
 
     console = Console(stderr=True)
     if plot_path:

@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tandem.contracts import OptimizedModel
 from tandem.kernels import int4_linear, pack_int4, quant_kernels_available
 from tandem.kernels.quant_linear import Int4Packed
 from tandem.optimize.precision import quantized_copy
+from tandem.optimize.types import OptimizedModel
 
 __all__ = ["Int4", "Int4Linear", "quantize_int4"]
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from tandem.contracts import OptimizedModel
 from tandem.kernels import (
     QUANT_MAX_ROWS,
     int8_linear,
@@ -42,6 +41,7 @@ from tandem.kernels import (
 )
 from tandem.kernels.quant_linear import Int8Packed
 from tandem.optimize.precision import quantized_copy
+from tandem.optimize.types import OptimizedModel
 
 __all__ = ["ActivationScratch", "Int8Linear", "Int8"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tandem.contracts import OptimizedModel
+from tandem.optimize.types import OptimizedModel
 
 __all__ = ["KvBFloat16"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tandem.contracts import OptimizedModel
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback
+from tandem.optimize.types import OptimizedModel
 
 __all__ = ["NgramSpeculator", "Ngram", "lookup"]
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from tandem.contracts import OptimizedModel
 from tandem.model.loader import Model
 from tandem.model.packed_linear import PackedLinear
+from tandem.optimize.types import OptimizedModel
 
 __all__ = ["Baseline", "BFloat16", "with_dtype", "quantized_copy"]
 

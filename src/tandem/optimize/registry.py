@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from tandem.contracts import InferenceOptimizer, OptimizedModel
+from tandem.optimize.types import InferenceOptimizer, OptimizedModel
 
 __all__ = [
     "RecipeError",

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from tandem.contracts import OptimizedModel
 from tandem.data.bundled import bundled_draft_dir
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.processors import LogitsRow, process_logits
@@ -22,6 +21,7 @@ from tandem.engine.sampler import filtered_probs
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback
 from tandem.model.loader import Model, load_model
+from tandem.optimize.types import OptimizedModel
 
 __all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir", "load_draft"]
 

@@ -11,19 +11,10 @@ and routes with `tandem.contracts` types (Profile, ReplicaLoad) and starts repli
 - restarts: backoff after replicas fail to start, and when a variant gives up
 - traffic: replicas' own load reports merged with the gateway's in-flight counts; token demand
 - dispatch: the per-request side the gateway calls (pick a replica, account for outcomes, fall back)
-- deployment: the deployment file (YAML, validated; its JSON Schema)
 """
 
 from tandem.schedule.breaker import BreakerBoard, BreakerConfig, BreakerMode, BreakerState, Outcome
 from tandem.schedule.controller import Controller, ControllerConfig, Pool, Snapshot, TickReport
-from tandem.schedule.deployment import (
-    Deployment,
-    DeploymentError,
-    apply_flags,
-    deployment_schema,
-    load_deployment,
-    parse_deployment,
-)
 from tandem.schedule.dispatch import Dispatcher, Target
 from tandem.schedule.fallback import FailureKind, FallbackPlan, after_failure, breaker_outcome
 from tandem.schedule.metrics import SchedulerMetrics
@@ -61,8 +52,6 @@ __all__ = [
     "Controller",
     "ControllerConfig",
     "DemandMeter",
-    "Deployment",
-    "DeploymentError",
     "Dispatcher",
     "FailureKind",
     "FallbackPlan",
@@ -92,12 +81,8 @@ __all__ = [
     "TokenDemand",
     "Variant",
     "after_failure",
-    "apply_flags",
     "breaker_outcome",
-    "deployment_schema",
     "estimate",
-    "load_deployment",
     "make_policy",
     "make_router",
-    "parse_deployment",
 ]

@@ -1,14 +1,14 @@
 """The controller: the scheduling layer's one impure loop, one `tick()` at a time.
 
 Each tick: account for replicas that ended (a startup failure backs the variant off, see
-restarts.py), probe replicas (a starting one that answers becomes ready; a ready one that stops
-answering is replaced), collect `ReplicaLoad`s, stop drained replicas that have gone idle, step a
-rollout if one is under way, then for every pool (a variant and its policy) build a ScaleContext,
-call the policy, and start or drain replicas to match. A replica is always drained before it is
-stopped, and stopped only once it has no request in flight (or its drain timed out), so a
-scale-down cuts no in-flight request. If the primary variant never had a ready replica and failed
-to start `start_attempts` times in a row, `fatal` says why (with the replica's own error): the
-gateway exits rather than crash-loop.
+restarts.py; so does a start that fails before any process exists), probe replicas (a starting one
+that answers becomes ready; a ready one that stops answering is replaced), collect `ReplicaLoad`s,
+stop drained replicas that have gone idle, step a rollout if one is under way, then for every pool
+(a variant and its policy) build a ScaleContext, call the policy, and start or drain replicas to
+match. A replica is always drained before it is stopped, and stopped only once it has no request
+in flight (or its drain timed out), so a scale-down cuts no in-flight request. If the primary
+variant never had a ready replica and failed to start `start_attempts` times in a row, `fatal`
+says why (with the replica's own error): the gateway exits rather than crash-loop.
 
 Everything it touches comes in as an argument: the Backend, the clock, the load-collection
 function, the demand and buffered-request sources, the metrics. Tests drive `tick()` with a fake
@@ -23,7 +23,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from tandem.cluster.backend import Backend, BackendError, Replica, ReplicaExit, ReplicaState
+from tandem.cluster.backend import Backend, BackendError, Replica, ReplicaExit, ReplicaSpec, ReplicaState
 from tandem.contracts import ReplicaLoad
 from tandem.schedule import restarts
 from tandem.schedule.metrics import SchedulerMetrics
@@ -244,6 +244,19 @@ class Controller:
         if self.metrics is not None:
             self.metrics.count_restart(variant)
 
+    def _launch_failed(self, spec: ReplicaSpec, exc: Exception, now: float) -> None:
+        """A start that failed before a process existed (no free port, a log file that cannot be made):
+        a failed start like any other, so it backs off, counts toward giving up, and its error is what
+        the operator sees (recent exits, `last_error`, a rollout's abort reason)."""
+        if isinstance(exc, BackendError):
+            error = str(exc)
+        else:  # a backend's own bug: still a failed start, with its traceback in the log once
+            error = f"{type(exc).__name__}: {exc}"
+            logger.error("starting a replica of %s raised", spec.variant, exc_info=exc)
+        replica_id = getattr(exc, "replica_id", None) or "(unnamed)"
+        replica = Replica(replica_id, spec, ReplicaState.STARTING, started_at=now)
+        self._start_ended(replica, now, error, ReplicaExit(replica, None, expected=False, output=error))
+
     def _probe(self, now: float, report: TickReport) -> None:
         for replica in self.backend.list():
             if replica.state not in (ReplicaState.STARTING, ReplicaState.READY):
@@ -383,10 +396,11 @@ class Controller:
         placed = list(live)
         for _ in range(count):
             region = region_to_add(pool.regions, placed)
+            spec = pool.variant.spec(region)
             try:
-                replica = self.backend.start(pool.variant.spec(region))
-            except BackendError as exc:
-                logger.error("cannot start a replica of %s: %s", pool.variant.name, exc)
+                replica = self.backend.start(spec)
+            except Exception as exc:  # whatever the cause: counted and backed off, never retried every tick
+                self._launch_failed(spec, exc, now)
                 return
             placed.append(replica)
             report.started.append(replica.replica_id)

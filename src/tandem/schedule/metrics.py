@@ -8,22 +8,38 @@
   failed start) and were replaced;
 - `tandem:replicas_pending{variant,cause}`: starting replicas a backend could not place on any node
   yet (Ray): no-room, too-large, no-node-in-region.
-The gateway serves them beside its own, from the registry it passes in.
+The gateway serves them beside its own, from the registry it passes in. Labels come from closed
+sets (the deployment's variants, the replica states, the placement causes, the policies); the
+gauges of a variant that left the deployment (a retired gate candidate, a rollout's old variant)
+are removed once it has no replica left, not left at their last value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tandem.cluster.backend import PendingPlacement, Replica, ReplicaState
 from tandem.schedule.breaker import BreakerMode
 
-__all__ = ["SchedulerMetrics"]
+__all__ = ["SchedulerMetrics", "set_gauges"]
 
 PREFIX = "tandem:"
 _STATES = (ReplicaState.STARTING, ReplicaState.READY, ReplicaState.DRAINING)
+
+
+def set_gauges(gauge: Gauge, values: Mapping[tuple[str, ...], float], written: set[tuple[str, ...]]) -> None:
+    """Set `gauge` to exactly `values`: label sets written before (`written`, updated) and absent now are removed."""
+    for labels, number in values.items():
+        gauge.labels(*labels).set(number)
+    for labels in written - set(values):
+        try:
+            gauge.remove(*labels)
+        except KeyError:
+            pass
+    written.clear()
+    written.update(values)
 
 
 class SchedulerMetrics:
@@ -63,6 +79,7 @@ class SchedulerMetrics:
             ("variant", "cause"),
             registry=self.registry,
         )
+        self._written: dict[str, set[tuple[str, ...]]] = {"replicas": set(), "pending": set(), "breaker": set()}
 
     def observe_replicas(self, variants: Iterable[str], replicas: Iterable[Replica]) -> None:
         replicas = list(replicas)
@@ -74,13 +91,16 @@ class SchedulerMetrics:
             if replica.pending is not None:
                 key = (replica.variant, replica.pending.cause)
                 pending[key] = pending.get(key, 0) + 1
-        for (variant, state), count in counts.items():
-            self.replicas.labels(variant, state.value).set(count)
-        for (variant, cause), count in pending.items():
-            self.pending.labels(variant, cause).set(count)
+        set_gauges(self.replicas, {(v, s.value): n for (v, s), n in counts.items()}, self._written["replicas"])
+        set_gauges(self.pending, pending, self._written["pending"])
 
     def observe_breaker(self, variant: str, mode: BreakerMode) -> None:
         self.breaker.labels(variant).set(mode.gauge)
+        self._written["breaker"].add((variant,))
+
+    def observe_breakers(self, modes: Mapping[str, BreakerMode]) -> None:
+        """Every variant's breaker now; a variant not among them (it left the deployment) loses its series."""
+        set_gauges(self.breaker, {(v,): mode.gauge for v, mode in modes.items()}, self._written["breaker"])
 
     def count_fallback(self, variant: str) -> None:
         self.fallbacks.labels(variant).inc()

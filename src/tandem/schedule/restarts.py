@@ -1,7 +1,8 @@
 """Restarts: when a variant may start another replica after some failed to start. Pure functions.
 
-A replica that exits (or is stopped for not getting ready in time) before it ever became ready is
-a *startup failure*: a bad recipe, a model that does not load, a port already taken. Starting the
+A replica that exits (or is stopped for not getting ready in time) before it ever became ready, or
+whose start fails before any process exists, is a *startup failure*: a bad recipe, a model that
+does not load, a port already taken, no free port in the range, a log file that cannot be opened. Starting the
 next one at once would crash-loop, so each failure in a row doubles the wait before the next start
 (`backoff_s`, 2x, 4x ... up to `backoff_max_s`); a replica that becomes ready resets the count. A
 variant that never had a ready replica and failed `attempts` times in a row has *given up*: the

@@ -2,35 +2,19 @@
 
 `create_app(config, load)` builds the FastAPI app around whatever `load()` returns (a ServedModel);
 `run_server(config)` runs it under uvicorn with graceful shutdown. Its settings are
-`tandem.edge.settings.Settings` (shared with the gateway, tandem.gateway). Names are imported on
-first use, so `tandem --help` (which imports tandem.serve.cli) stays fast.
+`tandem.edge.settings.Settings`, shared with the gateway (which this package never imports). Names
+are imported on first use, so `tandem --help` (which imports tandem.serve.options) stays fast.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "ServedModel",
-    "create_app",
-    "load_served_model",
-    "run_server",
-]
+from tandem.lazy import lazy_exports
 
-_HOME = {
-    "ServedModel": "tandem.serve.served",
-    "create_app": "tandem.serve.app",
-    "load_served_model": "tandem.serve.served",
-    "run_server": "tandem.serve.server",
-}
+if TYPE_CHECKING:  # the exports, each loaded on first use (tandem.lazy)
+    from tandem.serve.app import create_app
+    from tandem.serve.served import ServedModel, load_served_model
+    from tandem.serve.server import run_server
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(_HOME[name]), name)
-    raise AttributeError(f"module 'tandem.serve' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

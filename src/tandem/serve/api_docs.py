@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from tandem.contracts import KEPT_TRACK_PATH
+from tandem.edge.keep_track import KEPT_TRACK_PATH
 from tandem.edge.openapi import Operation
 
 __all__ = [

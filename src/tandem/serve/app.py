@@ -18,10 +18,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from tandem.contracts import KEPT_TRACK_PATH
 from tandem.edge.auth import ApiKeyMiddleware
 from tandem.edge.bodies import RequestBodyMiddleware
 from tandem.edge.errors import install_error_handlers
+from tandem.edge.keep_track import KEPT_TRACK_PATH
 from tandem.edge.openapi import install_openapi
 from tandem.edge.prometheus import HttpResponseCounter, metrics_response
 from tandem.edge.settings import Settings

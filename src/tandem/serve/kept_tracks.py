@@ -26,9 +26,9 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import SecretStr
 
-from tandem.contracts import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
 from tandem.edge.auth import bearer_token
 from tandem.edge.errors import APIError
+from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_PATH
 
 __all__ = ["KeptTracks", "keep_key", "build_kept_tracks_router"]
 

@@ -18,12 +18,14 @@ from fastapi.responses import JSONResponse, Response
 
 from tandem.edge.bodies import ParsedBodyRoute
 from tandem.edge.errors import APIError, error_body
+from tandem.edge.keep_track import COMPLETIONS, KEPT_TRACK_HEADER, keeps_track
 from tandem.engine.async_engine import EngineStoppedError
+from tandem.engine.outputs import RequestOutput
 from tandem.serve import responses as R
 from tandem.serve.admission import Lease
 from tandem.serve.generation import ChoiceResult, Generation
 from tandem.serve.kept_tracks import keep_key
-from tandem.serve.plan import Plan, plan_chat, plan_completion
+from tandem.serve.plan import Choice, Plan, plan_chat, plan_completion
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
@@ -71,93 +73,87 @@ def _computing_top1(plan: Plan) -> Plan:
 Keep = Callable[[str, list], None]  # (the completion's text, its TokenLogprobs) -> kept for the gate
 
 
-async def _completion_events(
+ChunkOf = Callable[[Choice, RequestOutput], dict | None]  # an output -> the event that sends it (None: nothing new)
+
+
+async def _events(
+    gen: Generation,
+    body: CompletionRequest | ChatCompletionRequest,
+    chunk_of: ChunkOf,
+    usage: Callable[[dict], dict],
+    first: tuple[dict, ...] = (),
+) -> AsyncIterator[bytes]:
+    """One answer's server-sent events: `first`, then `chunk_of` each output, then usage if asked, then [DONE].
+    An error mid-stream is an error event (and [DONE]), never a cut connection."""
+    tokens = {c.index: 0 for c in gen.plan.choices}
+    for chunk in first:
+        yield sse(chunk)
+    try:
+        async with aclosing(gen.outputs()) as outputs:
+            async for choice, out in outputs:
+                tokens[choice.index] = len(out.token_ids)
+                chunk = chunk_of(choice, out)
+                if chunk is not None:
+                    yield sse(chunk)
+    except Exception as exc:
+        yield _stream_error(exc)
+    else:
+        if body.stream_options and body.stream_options.include_usage:
+            yield sse(usage(R.usage(gen.plan.num_prompt_tokens, sum(tokens.values()))))
+    yield SSE_DONE
+
+
+def _completion_events(
     gen: Generation, body: CompletionRequest, created: int, rid: str, keep: Keep | None = None
 ) -> AsyncIterator[bytes]:
     served, plan = gen.served, gen.plan
     sends_logprobs = body.logprobs is not None  # a kept track's logprobs are computed, never sent
     kept: list = []
     offsets = {c.index: 0 for c in plan.choices}
-    tokens = {c.index: 0 for c in plan.choices}
     echoed = {c.index: not plan.echo for c in plan.choices}
-    try:
-        async with aclosing(gen.outputs()) as outputs:
-            async for choice, out in outputs:
-                tokens[choice.index] = len(out.token_ids)
-                text, logprobs = out.new_text, None
-                if keep is not None:
-                    kept.extend(out.logprobs or ())
-                    if out.finished:  # kept before the last chunk leaves: the gate may ask at once
-                        keep(out.text, kept)
-                if not echoed[choice.index]:  # the first chunk echoes the prompt, then the first tokens (as vLLM)
-                    echoed[choice.index] = True
-                    text = plan.prompt_texts[choice.prompt_index] + text
-                    if sends_logprobs:
-                        prompt_ids = plan.prompts[choice.prompt_index]
-                        logprobs = R.echo_logprobs(
-                            prompt_ids, out.prompt_logprobs, out.logprobs or [], served.token_text
-                        )
-                elif sends_logprobs:
-                    logprobs = R.completion_logprobs(out.logprobs or [], served.token_text, offsets[choice.index])
-                if logprobs is not None:
-                    offsets[choice.index] += sum(len(t) for t in logprobs["tokens"])
-                if text or out.finished or (logprobs and logprobs["tokens"]):
-                    yield sse(
-                        R.completion_chunk(
-                            rid,
-                            created,
-                            served.name,
-                            choice.index,
-                            text,
-                            out.finish_reason if out.finished else None,
-                            logprobs,
-                            out.stop_reason,
-                        )
-                    )
-    except Exception as exc:
-        yield _stream_error(exc)
-    else:
-        if body.stream_options and body.stream_options.include_usage:
-            use = R.usage(plan.num_prompt_tokens, sum(tokens.values()))
-            yield sse(R.usage_chunk(rid, "text_completion", created, served.name, use))
-    yield SSE_DONE
+
+    def chunk_of(choice: Choice, out: RequestOutput) -> dict | None:
+        text, logprobs = out.new_text, None
+        if keep is not None:
+            kept.extend(out.logprobs or ())
+            if out.finished:  # kept before the last chunk leaves: the gate may ask at once
+                keep(out.text, kept)
+        if not echoed[choice.index]:  # the first chunk echoes the prompt, then the first tokens (as vLLM)
+            echoed[choice.index] = True
+            text = plan.prompt_texts[choice.prompt_index] + text
+            if sends_logprobs:
+                prompt_ids = plan.prompts[choice.prompt_index]
+                logprobs = R.echo_logprobs(prompt_ids, out.prompt_logprobs, out.logprobs or [], served.token_text)
+        elif sends_logprobs:
+            logprobs = R.completion_logprobs(out.logprobs or [], served.token_text, offsets[choice.index])
+        if logprobs is not None:
+            offsets[choice.index] += sum(len(t) for t in logprobs["tokens"])
+        if not (text or out.finished or (logprobs and logprobs["tokens"])):
+            return None
+        finish = out.finish_reason if out.finished else None
+        return R.completion_chunk(rid, created, served.name, choice.index, text, finish, logprobs, out.stop_reason)
+
+    return _events(gen, body, chunk_of, lambda use: R.usage_chunk(rid, "text_completion", created, served.name, use))
 
 
-async def _chat_events(gen: Generation, body: ChatCompletionRequest, created: int, rid: str) -> AsyncIterator[bytes]:
-    served, plan = gen.served, gen.plan
-    tokens = {c.index: 0 for c in plan.choices}
-    for choice in plan.choices:  # the role first, as OpenAI does; clients get their first byte at once
-        yield sse(
-            R.chat_chunk(rid, created, served.name, choice.index, {"role": "assistant", "content": ""}, None, None)
-        )
-    try:
-        async with aclosing(gen.outputs()) as outputs:
-            async for choice, out in outputs:
-                tokens[choice.index] = len(out.token_ids)
-                logprobs = None
-                if choice.params.logprobs is not None:
-                    logprobs = R.chat_logprobs(out.logprobs or [], served.token_text)
-                if out.new_text or out.finished or (logprobs and logprobs["content"]):
-                    delta = {"content": out.new_text} if out.new_text else {}
-                    yield sse(
-                        R.chat_chunk(
-                            rid,
-                            created,
-                            served.name,
-                            choice.index,
-                            delta,
-                            out.finish_reason if out.finished else None,
-                            logprobs,
-                            out.stop_reason,
-                        )
-                    )
-    except Exception as exc:
-        yield _stream_error(exc)
-    else:
-        if body.stream_options and body.stream_options.include_usage:
-            use = R.usage(plan.num_prompt_tokens, sum(tokens.values()))
-            yield sse(R.usage_chunk(rid, "chat.completion.chunk", created, served.name, use))
-    yield SSE_DONE
+def _chat_events(gen: Generation, body: ChatCompletionRequest, created: int, rid: str) -> AsyncIterator[bytes]:
+    served = gen.served
+
+    def chunk_of(choice: Choice, out: RequestOutput) -> dict | None:
+        logprobs = None
+        if choice.params.logprobs is not None:
+            logprobs = R.chat_logprobs(out.logprobs or [], served.token_text)
+        if not (out.new_text or out.finished or (logprobs and logprobs["content"])):
+            return None
+        delta = {"content": out.new_text} if out.new_text else {}
+        finish = out.finish_reason if out.finished else None
+        return R.chat_chunk(rid, created, served.name, choice.index, delta, finish, logprobs, out.stop_reason)
+
+    # The role first, as OpenAI does; clients get their first byte at once.
+    role = {"role": "assistant", "content": ""}
+    first = tuple(R.chat_chunk(rid, created, served.name, c.index, role, None, None) for c in gen.plan.choices)
+    usage = lambda use: R.usage_chunk(rid, "chat.completion.chunk", created, served.name, use)
+    return _events(gen, body, chunk_of, usage, first)
 
 
 async def _collect(gen: Generation, lease: Lease, request: Request) -> list[ChoiceResult]:
@@ -209,8 +205,11 @@ def build_router(state: ServerState) -> APIRouter:
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         keep: Keep | None = None
         key = keep_key(request.headers, state.config.fleet_secret)
-        if key is not None and len(plan.choices) == 1 and not plan.echo and body.logprobs is None:
-            plan = _computing_top1(plan)
+        said: dict[str, str] = {}  # tells the gateway this answer's track is kept (it never guesses)
+        if key is not None and keeps_track(
+            COMPLETIONS, prompt=body.prompt, n=body.n, logprobs=body.logprobs, echo=body.echo
+        ):
+            plan, said = _computing_top1(plan), {KEPT_TRACK_HEADER: "1"}
 
             def keep(text: str, entries: list, key: str = key) -> None:
                 state.kept.keep(key, text, R.completion_logprobs(entries, served.token_text))
@@ -218,7 +217,7 @@ def build_router(state: ServerState) -> APIRouter:
         gen, lease = start(plan, rid)
         if body.stream:
             events = _completion_events(gen, body, created, rid, keep)
-            return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL)
+            return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL, headers=said)
         try:
             results = await _collect(gen, lease, request)
         except ClientDisconnected:
@@ -237,7 +236,7 @@ def build_router(state: ServerState) -> APIRouter:
         if keep is not None:
             keep(results[0].text, results[0].logprobs)
         use = R.usage(plan.num_prompt_tokens, sum(r.num_tokens for r in results))
-        return JSONResponse(R.completion_body(rid, created, served.name, choices, use))
+        return JSONResponse(R.completion_body(rid, created, served.name, choices, use), headers=said)
 
     @router.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:

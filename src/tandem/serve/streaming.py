@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from typing import TypeVar
 
@@ -75,11 +75,17 @@ class SSEResponse(StreamingResponse):
     iterator is suspended, nothing would close it until garbage collection. Here it closes at once.
     """
 
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None], farewell: bytes = b"") -> None:
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        on_close: Callable[[], None],
+        farewell: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(
             content,
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
         )
         self._source = content
         self._on_close = on_close

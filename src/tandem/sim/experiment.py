@@ -245,6 +245,6 @@ def run_experiment(
                     node=node,
                     max_replicas=max_replicas,
                     utilization=utilization,
-                )  # fmt: skip
+                )
             )
     return results

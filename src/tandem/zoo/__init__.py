@@ -5,57 +5,19 @@ Names load lazily: `tandem --help` imports the zoo's CLI, which must not pull in
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "BuildConfig",
-    "Corpus",
-    "DRAFT_DIR_NAME",
-    "HeldoutScore",
-    "ModelShape",
-    "SAMPLE_FILE_NAME",
-    "TARGET_DIR_NAME",
-    "build_models",
-    "distill",
-    "load_corpus",
-    "load_sample",
-    "matmul_flops_per_token",
-    "model_score",
-    "preset_config",
-    "pretrain",
-    "top1_agreement",
-    "train_tokenizer",
-    "unigram_score",
-]
+from tandem.lazy import lazy_exports
 
-_HOME = {
-    "BuildConfig": "build",
-    "DRAFT_DIR_NAME": "build",
-    "TARGET_DIR_NAME": "build",
-    "build_models": "build",
-    "Corpus": "corpus",
-    "load_corpus": "corpus",
-    "distill": "distill",
-    "HeldoutScore": "evaluate",
-    "model_score": "evaluate",
-    "top1_agreement": "evaluate",
-    "unigram_score": "evaluate",
-    "preset_config": "presets",
-    "SAMPLE_FILE_NAME": "sample",
-    "load_sample": "sample",
-    "ModelShape": "shapes",
-    "matmul_flops_per_token": "shapes",
-    "train_tokenizer": "tokenizer",
-    "pretrain": "train",
-}
+if TYPE_CHECKING:  # the exports, each loaded on first use (tandem.lazy)
+    from tandem.zoo.build import DRAFT_DIR_NAME, TARGET_DIR_NAME, BuildConfig, build_models
+    from tandem.zoo.corpus import Corpus, load_corpus
+    from tandem.zoo.distill import distill
+    from tandem.zoo.evaluate import HeldoutScore, model_score, top1_agreement, unigram_score
+    from tandem.zoo.presets import preset_config
+    from tandem.zoo.sample import SAMPLE_FILE_NAME, load_sample
+    from tandem.zoo.shapes import ModelShape, matmul_flops_per_token
+    from tandem.zoo.tokenizer import train_tokenizer
+    from tandem.zoo.train import pretrain
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'tandem.zoo' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"tandem.zoo.{_HOME[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

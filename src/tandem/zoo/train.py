@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from rich.console import Console
 
 from tandem.model.transformer import Transformer
+from tandem.progress import StepProgress
 from tandem.zoo.optim import build_optimizer, set_lr
-from tandem.zoo.progress import TrainingProgress
 from tandem.zoo.tokens import WindowSampler
 
 __all__ = ["TrainConfig", "TrainResult", "init_weights", "lm_loss", "run_training", "pretrain"]
@@ -91,7 +91,7 @@ def run_training(
     tokens_per_step = sampler.batch_size * sampler.seq_len
     losses: list[float] = []
     start = time.monotonic()
-    with TrainingProgress(label, config.steps, console) as progress:
+    with StepProgress(label, console, log_every=25) as progress:  # a line every 25 steps in a log file
         for step in range(config.steps):
             set_lr(optimizer, _lr_at(step, config))
             batch = sampler.next_batch()
@@ -104,7 +104,8 @@ def run_training(
             torch.nn.utils.clip_grad_norm_(module.parameters(), config.grad_clip)
             optimizer.step()
             losses.append(loss.item())
-            progress.update(step + 1, losses[-1], tokens_per_step)
+            tokens_per_s = tokens_per_step * (step + 1) / max(time.monotonic() - start, 1e-9)
+            progress.step(f"loss {losses[-1]:.3f} {tokens_per_s:,.0f} tok/s", step + 1, config.steps)
     module.eval()
     tail = losses[-max(1, len(losses) // 10) :]
     return TrainResult(

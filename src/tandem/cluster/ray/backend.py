@@ -163,15 +163,6 @@ class RayBackend:
         for replica in self.list():
             self.stop(replica.replica_id)
 
-    def kill_stragglers(self) -> None:
-        """SIGKILL every replica still shutting down (the gateway's own deadline has passed)."""
-        with self._lock:
-            stragglers = list(self._stopping)
-        with self._reaping:
-            for replica_id in stragglers:
-                logger.warning("replica %s still running at the gateway's exit; SIGKILL", replica_id)
-                self.placer.kill(replica_id)
-
     @property
     def stopping(self) -> list[str]:
         """Replicas sent SIGTERM whose servers have not exited yet."""

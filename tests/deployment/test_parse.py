@@ -6,21 +6,22 @@ import dataclasses
 import json
 
 import pytest
+from schedule.helpers import profile
 
-from tandem.schedule.breaker import BreakerConfig
-from tandem.schedule.deployment import (
+from tandem.cluster.names import short_hash
+from tandem.deployment import (
     BackendPlan,
     DeploymentError,
     apply_flags,
     load_deployment,
     parse_bytes,
     parse_deployment,
+    variant_name,
 )
+from tandem.schedule.breaker import BreakerConfig
 from tandem.schedule.policies import CapacityParams, HpaParams, KpaParams, ScaleContext, ScaleLimits
 from tandem.schedule.routers import PrefixAffinity
 from tandem.schedule.variant import replica_memory_bytes
-
-from .helpers import profile
 
 PROFILE = dataclasses.asdict(profile({1: 20.0, 8: 80.0}))
 
@@ -275,9 +276,18 @@ def test_bad_sizes_are_refused(size):
 
 
 def test_the_schema_describes_the_backend_and_the_resources():
-    from tandem.schedule.deployment import deployment_schema
+    from tandem.deployment import deployment_schema
 
     schema = deployment_schema()
     assert "backend" in schema["properties"] and "resources" in schema["$defs"]["_Variant"]["properties"]
     assert schema["$defs"]["_Backend"]["properties"]["name"]["enum"] == ["local", "ray"]
     assert set(schema["$defs"]["_Resources"]["properties"]) == {"memory", "accelerators", "accelerator_type"}
+
+
+def test_a_variant_named_after_a_long_recipe_is_its_start_and_a_hash_of_the_recipe():
+    assert variant_name("int8+ngram") == "int8-ngram" and variant_name(None) == "default"
+    recipe = "int8+speculative(k=4,draft=/srv/models/" + "a-draft-model-directory/" * 12 + "llama-68m)"
+    name = variant_name(recipe)
+    assert len(recipe) > 255 and len(name) <= 64
+    assert name.startswith("int8-speculative-k-4-draft-srv-models") and name.endswith(short_hash(recipe))
+    assert variant_name(recipe.replace("68m", "160m")) != name

@@ -1,6 +1,6 @@
 """Both wire formats of per-token logprobs read into one TokenTrack."""
 
-from tandem.gate.logprobs import TokenTrack, parse_logprobs
+from tandem.measure.logprobs import TokenTrack, parse_logprobs
 
 
 def test_legacy_completions_echo_shape_with_null_first_position():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.cluster.external import ExternalEngine
-from tandem.schedule.deployment import DeploymentError, deployment_schema, parse_deployment
+from tandem.deployment import DeploymentError, deployment_schema, parse_deployment
 
 SERVED = ["--served-model-name", "{served_model_name}"]
 VLLM = ["vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}", *SERVED]

@@ -3,7 +3,7 @@
 vLLM, SGLang, llama.cpp's server or a tandem replica: the scheduling layer sizes, prices and
 simulates them all from the same Profile, so an external variant is measured the way a tandem
 recipe is, from the outside: streamed `/v1/completions` requests (recorded by the gate's own
-recorder, tandem.gate.observation) with prompts of held-out code, each one distinct (a server's
+recorder, tandem.measure.observation) with prompts of held-out code, each one distinct (a server's
 prefix cache must not make prefill look free).
 
 - TTFT p50: lone streamed requests with a ~`prompt_tokens` prompt.
@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from tandem.contracts import Profile
-from tandem.gate.observation import Observation, observe
+from tandem.measure.observation import Observation, observe
 from tandem.workload import heldout_texts
 
 __all__ = ["EndpointError", "StreamTiming", "decode_rate", "measure_endpoint", "profile_endpoint_cli"]
@@ -226,7 +226,7 @@ def measure_endpoint(
             "prompt_tokens": prompt_tokens,
             "new_tokens": new_tokens,
             "ignore_eos": got["ignore_eos"],
-        },  # fmt: skip
+        },
         source="measured",
         source_note=(
             f"measured black-box over HTTP at {url} (tandem profile --endpoint): decode by concurrency, prefill, "

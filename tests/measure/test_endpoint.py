@@ -14,9 +14,9 @@ import pytest
 from server_process import free_port
 
 from tandem.contracts import Profile
-from tandem.profile_endpoint import EndpointError, StreamTiming, decode_rate, measure_endpoint
+from tandem.measure.endpoint import EndpointError, StreamTiming, decode_rate, measure_endpoint
 
-FAKE = str(Path(__file__).parent / "fake_openai_server.py")
+FAKE = str(Path(__file__).parents[1] / "fake_openai_server.py")
 
 
 def test_streams_decoding_together_add_up():
@@ -85,7 +85,7 @@ def test_the_cli_writes_the_profile_and_refuses_what_it_cannot_measure(fake_serv
     profile = Profile.from_json(out.read_text())
     assert profile.cold_start_s == 45 and "cold start 45 s as given" in profile.source_note
     assert "torch" not in subprocess.run(
-        [sys.executable, "-c", "import sys, tandem.profile_endpoint; print(sorted(sys.modules))"],
+        [sys.executable, "-c", "import sys, tandem.measure.endpoint; print(sorted(sys.modules))"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     wrong_key = subprocess.run(

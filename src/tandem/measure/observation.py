@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from tandem.gate.logprobs import TokenTrack, parse_logprobs
+from tandem.measure.logprobs import TokenTrack, parse_logprobs
 
 __all__ = ["Observation", "ResponseRecorder", "observe"]
 

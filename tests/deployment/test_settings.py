@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from tandem.cli import serve
 from tandem.contracts import Profile
+from tandem.deployment import DeploymentError, deployment_from_settings, replica_args
 from tandem.edge.settings import Settings
-from tandem.gateway.deployment import deployment_from_settings, replica_args
-from tandem.schedule.deployment import DeploymentError
-from tandem.serve.cli import serve
 
 
 def _profile(model, recipe, threads) -> Profile:

@@ -14,20 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from tandem.contracts import Profile
+from tandem.deployment.flags import apply_flags, variant_name
+from tandem.deployment.model import Deployment
+from tandem.deployment.parse import DeploymentError, parse_deployment, read_deployment_file
+from tandem.deployment.schema import DEFAULT_MAX_REPLICAS
 from tandem.edge.settings import Settings
-from tandem.schedule.deployment import (
-    DEFAULT_MAX_REPLICAS,
-    Deployment,
-    DeploymentError,
-    apply_flags,
-    parse_deployment,
-    read_deployment_file,
-    variant_name,
-)
-from tandem.schedule.profiles import cached_profile
 from tandem.schedule.variant import replica_memory_bytes
 
-__all__ = ["REPLICA_SETTINGS", "deployment_from_settings", "replica_args"]
+__all__ = ["REPLICA_SETTINGS", "ProfileSource", "deployment_from_settings", "replica_args"]
 
 # Settings that are a replica's business: passed on to every replica's command line when not default.
 REPLICA_SETTINGS = (
@@ -36,6 +30,8 @@ REPLICA_SETTINGS = (
     "metrics_prefix", "generation_config",
 )  # fmt: skip
 
+# Measures (or finds in the cache) a Profile for (model, recipe, threads): the gateway's start-up passes
+# tandem.schedule.profiles.cached_profile; the parser itself measures nothing.
 ProfileSource = Callable[[str | None, str | None, int | None], Profile]
 
 
@@ -100,11 +96,12 @@ def _shadow(out: dict[str, Any], settings: Settings) -> None:
     out["gate"] = gate
 
 
-def deployment_from_settings(settings: Settings, profile: ProfileSource = cached_profile) -> Deployment:
+def deployment_from_settings(settings: Settings, profile: ProfileSource | None = None) -> Deployment:
     """The deployment `tandem serve` runs in gateway mode.
 
     Without a file and without --recipe the primary serves the replicas' default recipe. For the
-    capacity policy, variants without a profile get one from `profile` (the cache, or a measurement).
+    capacity policy, variants without a profile get one from `profile` (the gateway passes the cache,
+    which measures on a miss); without one they keep none, and the capacity policy refuses them.
     """
     raw: dict[str, Any] | None = None
     base_dir = Path(".")
@@ -141,7 +138,7 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource = cached
     # The capacity policy sizes every variant by its Profile; the gate prices its two by theirs. An
     # external variant's Profile is measured running (tandem profile --endpoint) and given in the file.
     gated = _gated(out)
-    if gated or (out.get("policy") or {}).get("name", "capacity") == "capacity":
+    if profile is not None and (gated or (out.get("policy") or {}).get("name", "capacity") == "capacity"):
         for variant in tandem_variants:
             if variant.get("profile") is None and (not gated or variant.get("name") in gated):
                 measured = profile(

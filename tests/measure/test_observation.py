@@ -5,10 +5,9 @@ import json
 
 import httpx
 import pytest
+from completion_events import completion_chunk, sse, usage_chunk
 
-from tandem.gate.observation import Observation, ResponseRecorder, observe
-
-from .helpers import completion_chunk, sse, usage_chunk
+from tandem.measure.observation import Observation, ResponseRecorder, observe
 
 
 def test_stream_timings_from_events_and_token_count_from_usage():

@@ -1,0 +1,101 @@
+"""One slow stream does not take a healthy replica down (a real gateway in front of a real replica).
+
+A stream whose first chunk is legitimately late (a stop string longer than the whole answer holds
+every character back until the end) passes the gateway's first-byte timeout while four neighbours
+stream on the same replica: it alone gets 504 `first_byte_timeout`; the neighbours finish with
+`data: [DONE]` and no error event; the replica is not declared unresponsive and the breaker stays
+closed. The timeout is set from the held stream's own first-byte time measured in this test (half of
+it), so a loaded machine changes both alike.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from .harness import MODEL_NAME, RunningGateway, metric, variant
+
+pytestmark = pytest.mark.slow
+
+TOKENS = 1000
+NEIGHBOURS = 4
+
+
+def held(stop_chars: int) -> dict:
+    """A stream whose text is all held back: its stop string (never matched) is longer than the answer."""
+    return {
+        "model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": TOKENS, "ignore_eos": True, "stream": True,
+        "temperature": 0, "stop": "\u2603" * stop_chars,
+    }  # fmt: skip
+
+
+def neighbour() -> dict:
+    return {"model": MODEL_NAME, "prompt": "In a land far away", "max_tokens": TOKENS, "ignore_eos": True,
+            "stream": True, "temperature": 0}  # fmt: skip
+
+
+def stream(client: httpx.Client, body: dict) -> tuple[int, str, float | None, float]:
+    """(status, text, seconds to the first chunk, seconds in all)."""
+    started = time.monotonic()
+    first = None
+    with client.stream("POST", "/v1/completions", json=body) as r:
+        text = ""
+        for chunk in r.iter_text():
+            if first is None and chunk:
+                first = time.monotonic() - started
+            text += chunk
+    return r.status_code, text, first, time.monotonic() - started
+
+
+def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_finish(serve_model_dir, tmp_path):
+    raw = {
+        "model": str(serve_model_dir), "threads": 1, "variants": [variant("fast")],
+        "policy": {"name": "hpa", "interval_s": 0.5},
+        "breaker": {"consecutive_failures": 1, "failure_ratio": 0.01, "min_calls": 1, "window_s": 60, "open_s": 60},
+    }  # fmt: skip
+    gw = RunningGateway(raw, tmp_path / "logs", first_byte_timeout_s=120.0, stream_idle_timeout_s=120.0)
+    try:
+        gw.wait_ready("fast")
+        with httpx.Client(base_url=gw.url, timeout=180) as client:
+            whole = client.post("/v1/completions", json={**held(1), "stream": False, "stop": None})
+            assert whole.status_code == 200, whole.text
+            stop_chars = len(whole.json()["choices"][0]["text"]) + 64
+            status, text, first, total = stream(client, held(stop_chars))
+            assert status == 200 and text.endswith("data: [DONE]\n\n") and first is not None
+            assert first > 0.8 * total, (first, total)  # the whole answer was held back to its end
+            _, _, quick, _ = stream(client, neighbour())
+        assert quick is not None and quick < first / 3, (quick, first)  # a neighbour's first byte is much earlier
+        gw.gw.first_byte_timeout_s = first / 2
+
+        results: dict[str, tuple] = {}
+
+        def run(name: str, body: dict) -> None:
+            with httpx.Client(base_url=gw.url, timeout=180) as own:
+                results[name] = stream(own, body)
+
+        threads = [threading.Thread(target=run, args=(f"n{i}", neighbour())) for i in range(NEIGHBOURS)]
+        threads.append(threading.Thread(target=run, args=("slow", held(stop_chars))))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        status, text, _, seconds = results["slow"]
+        assert status == 504 and '"first_byte_timeout"' in text, text[:400]
+        for i in range(NEIGHBOURS):
+            n_status, n_text, _, n_seconds = results[f"n{i}"]
+            assert n_status == 200 and n_text.endswith("data: [DONE]\n\n") and '"error"' not in n_text, n_text[-400:]
+        assert any(results[f"n{i}"][3] > seconds for i in range(NEIGHBOURS))  # some still streamed at the timeout
+        assert gw.gw.liveness.unresponsive == {}
+        text = gw.metrics()
+        assert metric(text, "tandem:breaker_state", variant="fast") == 0
+        assert metric(text, "tandem:gateway_stream_errors_total", variant="fast") == 0
+        gw.settled()
+        print(
+            f"held stream: first byte {first:.1f} s alone, timeout {first / 2:.1f} s, 504 after {seconds:.1f} s; "
+            f"neighbours {sorted(round(results[f'n{i}'][3], 1) for i in range(NEIGHBOURS))} s, all complete"
+        )
+    finally:
+        gw.stop()
