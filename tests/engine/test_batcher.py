@@ -143,15 +143,25 @@ def test_a_request_at_its_share_yields_the_next_slot_to_a_neighbour():
     assert [s.request_id for s in b.running][-2:] == ["big-4", "big-5"] and not b.waiting
 
 
-def test_groups_under_their_share_and_ungrouped_sequences_keep_arrival_order():
+def test_waiting_requests_take_the_free_slots_in_turns_fewest_held_first():
     b = Batcher(num_slots=4, max_prefill_tokens=100, max_group_share=0.5)
     order = [grouped("a0", "a"), grouped("a1", "a"), grouped("a2", "a"), seq("x"), grouped("b0", "b"), seq("y")]
     for s in order:
         b.add(s)
     b.schedule()
-    # a holds its 2 slots; a2 is passed over for x and b0, and y waits behind a2 again
-    assert [s.request_id for s in b.running] == ["a0", "a1", "x", "b0"]
-    assert [s.request_id for s in b.waiting] == ["a2", "y"]
+    # one each in the order they came (an ungrouped sequence is a request of its own)
+    assert [s.request_id for s in b.running] == ["a0", "x", "b0", "y"]
+    assert [s.request_id for s in b.waiting] == ["a1", "a2"]
+
+
+def test_requests_within_their_share_do_not_fill_the_slots_ahead_of_a_later_one():
+    b = Batcher(num_slots=4, max_prefill_tokens=100, max_group_share=0.5)
+    for group in ("a", "b", "c"):
+        for i in range(4):
+            b.add(grouped(f"{group}{i}", group))
+    b.add(grouped("late", "late"))
+    b.schedule()
+    assert [s.request_id for s in b.running] == ["a0", "b0", "c0", "late"]
 
 
 def test_the_share_must_be_a_fraction():

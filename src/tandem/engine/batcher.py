@@ -3,11 +3,12 @@
 Each step, waiting requests are admitted in arrival order while a slot is free (first come, first
 served), prompts are prefilled in chunks under a token budget, and every sequence past prefill
 decodes one token. One fairness rule bends the order: the choices of one API request (a `group`:
-n choices, or a list of prompts) hold at most `max_group_share` of the slots while sequences of
-other requests wait; such a group's next sequence is passed over for the next other waiting
-one, so a request of 320 sequences cannot make a neighbour wait for all of them. When nobody else
-waits, the group takes every free slot (no slot idles for fairness). A finished or aborted sequence gives its
-slot back at once, so the next step can admit a waiting request.
+n choices, or a list of prompts) are one request, and when several wait, they take the free slots
+in turns, the one holding the fewest first (a request past `max_group_share` of the slots after all
+those under it); so a request of many sequences cannot make a neighbour wait for all of them, only
+for the slots it already holds to free (there is no preemption). When nobody else waits, one
+request takes every free slot (no slot idles for fairness); without groups, arrival order. A
+finished or aborted sequence gives its slot back at once, so the next step can admit a waiting one.
 
 Admission goes through the PrefixCache (tandem.engine.prefix_cache): a prompt that starts with
 blocks some slot already holds skips them, either continuing in that (free) slot or getting them
@@ -99,25 +100,26 @@ class Batcher:
         return plan
 
     def _admitted(self, free: int) -> list[Sequence]:
-        """The waiting sequences to admit into `free` slots (taken off the queue): arrival order, but a
-        group at its share of the slots yields to the other requests waiting behind it."""
+        """The waiting sequences to admit into `free` slots (taken off the queue). Requests take the slots
+        in turns: each next slot goes to the waiting request holding the fewest (those under their share
+        before those at it), ties to the one waiting longest; a sequence without a group is a request
+        of its own. With no other request waiting, one takes every free slot."""
         if not free or not self.waiting:
             return []
         if len(self.waiting) <= free or self.group_slots >= self.num_slots:
             return [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
         held = Counter(s.group for s in self.running if s.group is not None)
-        chosen: list[Sequence] = []
-        passed: list[Sequence] = []
+        queues: dict[object, deque[Sequence]] = {}  # in the order each request's first sequence waits
         for seq in self.waiting:
-            if len(chosen) == free:
-                break
-            if seq.group is not None and held[seq.group] >= self.group_slots:
-                passed.append(seq)
-                continue
-            chosen.append(seq)
-            if seq.group is not None:
-                held[seq.group] += 1
-        chosen += passed[: free - len(chosen)]  # nobody else waits for these slots: no slot idles
+            queues.setdefault(seq.group if seq.group is not None else id(seq), deque()).append(seq)
+        rank = {key: i for i, key in enumerate(queues)}
+        chosen: list[Sequence] = []
+        while len(chosen) < free and queues:
+            key = min(queues, key=lambda k: (held[k] >= self.group_slots, held[k], rank[k]))
+            chosen.append(queues[key].popleft())
+            held[key] += 1
+            if not queues[key]:
+                del queues[key]
         taken = set(map(id, chosen))
         self.waiting = deque(s for s in self.waiting if id(s) not in taken)
         return chosen
