@@ -1,4 +1,7 @@
-"""Batcher: FCFS admission into KV slots, chunked prefill under a budget, slots freed at once."""
+"""Batcher: FCFS admission into KV slots (one request's choices yielding to others past their share),
+chunked prefill under a budget, slots freed at once."""
+
+import pytest
 
 from tandem.engine.batcher import Batcher, KVCopy
 from tandem.engine.outputs import RequestMetrics
@@ -112,3 +115,56 @@ def test_a_cached_prefix_skips_prefill_and_a_running_ones_is_copied_in_the_plan(
     plan = b.schedule()
     assert third.slot == first_slot and not plan.copies  # adopted in place: nothing to copy
     assert b.prefix_cache.num_hit_tokens == 16
+
+
+def grouped(rid, group):
+    s = seq(rid)
+    s.group = group
+    return s
+
+
+def test_a_request_at_its_share_yields_the_next_slot_to_a_neighbour():
+    b = Batcher(num_slots=4, max_prefill_tokens=100, max_group_share=0.25)  # a group holds 1 slot while others wait
+    big = [grouped(f"big-{i}", "big") for i in range(6)]
+    for s in big:
+        b.add(s)
+    b.schedule()  # nobody else waits: the big request takes every free slot
+    assert [s.request_id for s in b.running] == ["big-0", "big-1", "big-2", "big-3"]
+    neighbour = grouped("small-0", "small")
+    b.add(neighbour)
+    big[0].finish("stop")
+    b.release_finished()
+    b.schedule()  # the freed slot goes to the neighbour, though big-4 and big-5 arrived first
+    assert neighbour in b.running and [s.request_id for s in b.waiting] == ["big-4", "big-5"]
+    for s in big[1:3]:
+        s.finish("stop")
+    b.release_finished()
+    b.schedule()  # nobody else waits again: big takes the free slots in order
+    assert [s.request_id for s in b.running][-2:] == ["big-4", "big-5"] and not b.waiting
+
+
+def test_waiting_requests_take_the_free_slots_in_turns_fewest_held_first():
+    b = Batcher(num_slots=4, max_prefill_tokens=100, max_group_share=0.5)
+    order = [grouped("a0", "a"), grouped("a1", "a"), grouped("a2", "a"), seq("x"), grouped("b0", "b"), seq("y")]
+    for s in order:
+        b.add(s)
+    b.schedule()
+    # one each in the order they came (an ungrouped sequence is a request of its own)
+    assert [s.request_id for s in b.running] == ["a0", "x", "b0", "y"]
+    assert [s.request_id for s in b.waiting] == ["a1", "a2"]
+
+
+def test_requests_within_their_share_do_not_fill_the_slots_ahead_of_a_later_one():
+    b = Batcher(num_slots=4, max_prefill_tokens=100, max_group_share=0.5)
+    for group in ("a", "b", "c"):
+        for i in range(4):
+            b.add(grouped(f"{group}{i}", group))
+    b.add(grouped("late", "late"))
+    b.schedule()
+    assert [s.request_id for s in b.running] == ["a0", "b0", "c0", "late"]
+
+
+def test_the_share_must_be_a_fraction():
+    for share in (0.0, 1.5):
+        with pytest.raises(ValueError, match="max_group_share"):
+            Batcher(num_slots=4, max_prefill_tokens=100, max_group_share=share)

@@ -89,3 +89,19 @@ def test_vanishing_temperature_and_top_p_are_greedy_not_nan():
     for params in (tiny_t, tiny_p):
         tokens, _ = sample(logits, [params], [new_generator(1)])
         assert tokens == [1]
+
+
+def test_logprobs_of_many_rows_in_one_batch_are_each_rows_own():
+    torch.manual_seed(3)
+    logits = torch.randn(4, 50) * 2
+    params = [SamplingParams.greedy_params(logprobs=n) for n in (None, 0, 3, 20)]
+    tokens, entries = sample(logits, params, [None] * 4)
+    assert entries[0] is None and entries[1].top == {}
+    for row in (2, 3):
+        expected = torch.log_softmax(logits[row], dim=-1)
+        n = params[row].logprobs
+        values, ids = torch.topk(expected, n)
+        assert entries[row].token_id == tokens[row] == int(logits[row].argmax())
+        assert entries[row].logprob == pytest.approx(float(expected[tokens[row]]))
+        assert list(entries[row].top) == ids.tolist()
+        assert list(entries[row].top.values()) == pytest.approx(values.tolist())

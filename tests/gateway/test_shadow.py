@@ -80,11 +80,11 @@ class Replicas:
         return [body for host, body, _ in self.seen if host.startswith(prefix) and not body.get("echo")]
 
 
-def gateway(replicas: Replicas, **gate) -> Gateway:
+def gateway(replicas: Replicas, gate_log_dir=None, **gate) -> Gateway:
     backend = FakeBackend(clock=lambda: 0.0)
     gw = build_gateway(
         parse_deployment(deployment(**gate)), backend, transport=httpx.MockTransport(replicas),
-        rng=random.Random(0), fleet_secret="fleet",
+        rng=random.Random(0), fleet_secret="fleet", gate_log_dir=gate_log_dir,
     )  # fmt: skip
     gw.fleet.controller.tick()  # start the replicas
     gw.fleet.controller.tick()  # ready
@@ -137,6 +137,15 @@ def test_a_mirrored_stream_keeps_the_clients_parameters_and_becomes_a_pair():
     view = gw.last_view
     assert view["state"] == "shadowing" and view["incumbent"] == "inc" and view["candidate"] == "cand"
     assert view["samples"] == 1 and view["mirror"]["paired"] == 1 and view["fraction"] == 1.0
+
+
+def test_the_pairs_file_holding_clients_completions_is_owner_only(tmp_path):
+    replicas = Replicas()
+    gw = gateway(replicas, gate_log_dir=tmp_path)
+    asyncio.run(serve(gw, [{**BODY, "stream": True}], drained))
+    pairs = tmp_path / "gate-pairs.jsonl"
+    assert pairs.stat().st_mode & 0o777 == 0o600
+    assert '"ab"' in pairs.read_text()  # the incumbent's completion text
 
 
 def test_the_incumbent_is_asked_to_keep_its_track_for_mirrored_text_completions_only():

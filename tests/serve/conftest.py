@@ -4,6 +4,7 @@
 - `guarded_server`: API key, one KV slot and no queue (a second request gets 429), 4 KiB bodies.
 Both start at once on first use (in parallel), run with one torch thread (the tiny model gains
 nothing from two, and the machine is shared), and are stopped at the end of the session.
+- `fleet_server`: a replica of a gateway's fleet (TANDEM_FLEET_SECRET set), started on first use.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from server_process import ServerProcess
 from tandem.model import Tokenizer
 
 API_KEY = "test-key-123"
+FLEET_SECRET = "fleet-secret-456"
 MODEL_NAME = "tiny"
 CONTEXT = 1024
 # A generation_config.json that sets every sampling default tandem reads (the serve tests' defaults cases).
@@ -76,3 +78,13 @@ def server(_servers) -> ServerProcess:
 @pytest.fixture(scope="session")
 def guarded_server(_servers) -> ServerProcess:
     return _servers["guarded"].wait_ready()
+
+
+@pytest.fixture(scope="session")
+def fleet_server(serve_model_dir, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("fleet-logs")
+    process = ServerProcess(server_args(serve_model_dir), logs / "fleet.log", env={"TANDEM_FLEET_SECRET": FLEET_SECRET})
+    try:
+        yield process.wait_ready()
+    finally:
+        process.stop()

@@ -1,9 +1,10 @@
-"""Kept tracks (tandem.serve.kept_tracks): the incumbent's own logprobs for the gate, against a real server.
+"""Kept tracks (tandem.serve.kept_tracks): the incumbent's own logprobs for the gate, against a real
+replica of a fleet (it has the fleet's secret, as a gateway's replicas do).
 
 A request marked with KEEP_TRACK_HEADER gets the very answer it would get unmarked (no logprobs
 unless it asked); its track, the same logprobs a client asking logprobs=1 would have been sent,
-is fetched once from KEPT_TRACK_PATH. (tests/gateway/test_gate_live.py scores with it against a
-candidate's echo, on real replicas.)
+is fetched once from KEPT_TRACK_PATH. A lone replica (no fleet secret) keeps nothing, whoever
+asks. (tests/gateway/test_gate_live.py scores with it against a candidate's echo, on real replicas.)
 """
 
 from __future__ import annotations
@@ -12,18 +13,21 @@ import json
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_HEADER, KEPT_TRACK_PATH
 from tandem.serve.kept_tracks import KeptTracks, keep_key
 
-from .conftest import API_KEY, MODEL_NAME
+from .conftest import API_KEY, FLEET_SECRET, MODEL_NAME
 
 BODY = {"model": MODEL_NAME, "prompt": "def fibonacci(n):", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
 
 
 @pytest.fixture
-def http(server):
-    with httpx.Client(base_url=server.url, timeout=60) as client:
+def http(fleet_server):
+    with httpx.Client(
+        base_url=fleet_server.url, timeout=60, headers={"Authorization": f"Bearer {FLEET_SECRET}"}
+    ) as client:
         yield client
 
 
@@ -85,8 +89,23 @@ def test_the_store_is_bounded_and_hands_each_track_out_once():
         tracks.keep(key, key, {"tokens": [key]})
     assert len(tracks) == 2 and tracks.evicted == 1 and tracks.pop("k1") is None
     assert tracks.pop("k3") == {"text": "k3", "logprobs": {"tokens": ["k3"]}} and tracks.pop("k3") is None
-    assert keep_key({KEEP_TRACK_HEADER: "abcdefgh"}) == "abcdefgh"
-    assert keep_key({KEEP_TRACK_HEADER: "../etc/passwd"}) is None and keep_key({}) is None
+
+
+def test_only_the_fleets_secret_makes_a_replica_keep_a_track():
+    secret, auth = SecretStr(FLEET_SECRET), {"authorization": f"Bearer {FLEET_SECRET}"}
+    assert keep_key({KEEP_TRACK_HEADER: "abcdefgh", **auth}, secret) == "abcdefgh"
+    assert keep_key({KEEP_TRACK_HEADER: "../etc/passwd", **auth}, secret) is None and keep_key(auth, secret) is None
+    assert keep_key({KEEP_TRACK_HEADER: "abcdefgh"}, secret) is None  # no secret sent
+    assert keep_key({KEEP_TRACK_HEADER: "abcdefgh", "authorization": "Bearer guess"}, secret) is None
+    assert keep_key({KEEP_TRACK_HEADER: "abcdefgh", **auth}, None) is None  # a lone replica keeps nothing
+
+
+def test_a_lone_replica_ignores_the_keep_track_header(server):
+    key = "lone-" + "c" * 12
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        marked = client.post("/v1/completions", json=BODY, headers={KEEP_TRACK_HEADER: key})
+        assert marked.status_code == 200 and marked.json()["choices"][0]["logprobs"] is None
+        assert client.get(f"{KEPT_TRACK_PATH}/{key}").status_code == 404
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -5,6 +5,7 @@ hand-driven clock."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -12,12 +13,13 @@ from fastapi.testclient import TestClient
 from metrics_text import parse, scrape, value
 from prometheus_client.parser import text_string_to_metric_families
 
+from tandem.edge.prometheus import METHODS
 from tandem.edge.settings import Settings
 from tandem.engine import RequestMetrics
 from tandem.serve import create_app, load_served_model
 from tandem.serve.metrics import ServerMetrics, token_buckets
 
-from .conftest import MODEL_NAME
+from .conftest import API_KEY, MODEL_NAME
 
 LABELS = {"model_name": MODEL_NAME, "recipe": "baseline"}
 EXPECTED = [
@@ -201,3 +203,30 @@ def test_metrics_page_lists_every_family_under_the_prefix_and_counts_http_status
         assert value(samples, http, handler="/v1/completions", method="POST", status=status) == 1, status
     assert value(samples, http, handler="none", method="GET", status="404") == 1
     assert value(samples, http, handler="/ready") == 0  # probes are not counted
+
+
+def test_thousands_of_distinct_methods_and_paths_leave_the_series_count_unchanged(guarded_server):
+    """Labels come from closed sets: route templates (or "none"), methods from a fixed list (or
+    "other"), 401s included; 5,000 distinct methods and paths, with and without the key, add no series."""
+    url, auth = guarded_server.url, {"Authorization": f"Bearer {API_KEY}"}
+
+    def requests(count: int, offset: int) -> None:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            for i in range(offset, offset + count):
+                method = ("GET", "DELETE", f"PROBE{i}", "PATCH")[i % 4]
+                path = (f"/v1/models/m{i}", f"/v1/x/{i}", f"/nothing/{i}", f"/tokenize/{i}")[(i // 4) % 4]
+                client.request(method, path, headers=auth if i % 2 else None)
+
+    requests(64, 0)  # every combination once: the closed set's series exist
+    before = scrape(url)
+    with ThreadPoolExecutor(4) as pool:  # 5,000 more, on four connections
+        list(pool.map(lambda k: requests(1_250, 64 + k * 1_250), range(4)))
+    after = scrape(url)
+    assert len(after) == len(before), sorted({k for k in after} - {k for k in before})[:10]
+    handlers = {dict(labels).get("handler") for name, labels in after if name == "tandem:http_requests_total"}
+    methods = {dict(labels).get("method") for name, labels in after if name == "tandem:http_requests_total"}
+    assert not any(h.startswith(("/v1/models/m", "/v1/x/", "/nothing/", "/tokenize/")) for h in handlers), handlers
+    assert "/v1/models/{model_id:path}" in handlers and "none" in handlers
+    assert methods <= METHODS | {"other"} and "other" in methods and not any("PROBE" in m for m in methods)
+    counted = sum(v for (name, _), v in after.items() if name == "tandem:http_requests_total")
+    assert counted >= 5_064

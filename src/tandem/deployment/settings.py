@@ -26,8 +26,8 @@ __all__ = ["REPLICA_SETTINGS", "ProfileSource", "deployment_from_settings", "rep
 # Settings that are a replica's business: passed on to every replica's command line when not default.
 REPLICA_SETTINGS = (
     "served_model_name", "dtype", "max_model_len", "kv_cache_tokens", "max_num_seqs", "max_prefill_tokens",
-    "max_queue", "max_body_bytes", "max_n", "retry_after_s", "shutdown_timeout", "log_level", "metrics_prefix",
-    "generation_config", "tool_call_parser",
+    "max_queue", "max_body_bytes", "max_n", "max_request_share", "retry_after_s", "shutdown_timeout", "log_level",
+    "metrics_prefix", "generation_config", "tool_call_parser",
 )  # fmt: skip
 
 # Measures (or finds in the cache) a Profile for (model, recipe, threads): the gateway's start-up passes

@@ -95,6 +95,9 @@ class Settings(BaseModel):
     max_queue: int = Field(256, ge=0)  # sequences allowed to wait for a KV slot before 429
     max_body_bytes: int = Field(1 << 20, ge=256)  # larger request bodies get 413
     max_n: int = Field(16, ge=1)  # upper bound on `n` (choices per prompt)
+    # The most of a replica's running slots and queue one request (prompts x n) may hold: more is a 400
+    # naming the bound; while others wait, its choices hold at most this share of the running slots.
+    max_request_share: float = Field(0.25, gt=0, le=1)
     retry_after_s: int = Field(1, ge=0)  # the Retry-After header sent with 429
     shutdown_timeout: float = Field(30.0, ge=0)  # on SIGTERM, in-flight requests get this long to finish
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tandem.engine.engine import Engine, RequestError
 from tandem.engine.outputs import RequestOutput
+from tandem.engine.processor_tables import ProcessorTables
 from tandem.engine.sampling_params import SamplingParams
 
 __all__ = ["AsyncEngine", "EngineStoppedError"]
@@ -45,9 +46,17 @@ class AsyncEngine:
     # -- caller side (any thread, usually an event loop) ---------------------------------------
 
     async def generate(
-        self, prompt: str | list[int], params: SamplingParams | None = None, request_id: str | None = None
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        *,
+        group: str | None = None,
+        tables: ProcessorTables | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Yield incremental outputs until the request finishes. Bad prompts raise RequestError here."""
+        """Yield incremental outputs until the request finishes. Bad prompts raise RequestError here.
+        `group` and `tables`: as Engine.add_request's (build tables off the event loop, with
+        `engine.processor_tables`, and share them between a request's choices)."""
         if self._stopped.is_set():
             raise EngineStoppedError("the engine is stopped")
         params = params or SamplingParams()
@@ -59,7 +68,7 @@ class AsyncEngine:
             if request_id in self._streams:
                 raise RequestError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
-        self._commands.put(("add", request_id, ids, params))
+        self._commands.put(("add", request_id, ids, params, group, tables))
         finished = False
         try:
             while True:
@@ -102,9 +111,9 @@ class AsyncEngine:
 
     def _apply(self, command: tuple) -> None:
         if command[0] == "add":
-            _, request_id, ids, params = command
+            _, request_id, ids, params, group, tables = command
             try:
-                self.engine.add_request(ids, params, request_id)
+                self.engine.add_request(ids, params, request_id, group=group, tables=tables)
             except RequestError as exc:
                 self._deliver(request_id, exc)
         elif command[0] == "abort":

@@ -1,9 +1,14 @@
 """Batcher: iteration-level continuous batching over preallocated KV slots. No torch.
 
 Each step, waiting requests are admitted in arrival order while a slot is free (first come, first
-served: a request never overtakes an earlier one), prompts are prefilled in chunks under a token
-budget, and every sequence past prefill decodes one token. A finished or aborted sequence gives its
-slot back at once, so the next step can admit a waiting request.
+served), prompts are prefilled in chunks under a token budget, and every sequence past prefill
+decodes one token. One fairness rule bends the order: the choices of one API request (a `group`:
+n choices, or a list of prompts) are one request, and when several wait, they take the free slots
+in turns, the one holding the fewest first (a request past `max_group_share` of the slots after all
+those under it); so a request of many sequences cannot make a neighbour wait for all of them, only
+for the slots it already holds to free (there is no preemption). When nobody else waits, one
+request takes every free slot (no slot idles for fairness); without groups, arrival order. A
+finished or aborted sequence gives its slot back at once, so the next step can admit a waiting one.
 
 Admission goes through the PrefixCache (tandem.engine.prefix_cache): a prompt that starts with
 blocks some slot already holds skips them, either continuing in that (free) slot or getting them
@@ -12,7 +17,8 @@ copied from a running one; the copies are part of the plan, for the engine to ru
 
 from __future__ import annotations
 
-from collections import deque
+import math
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from tandem.engine.prefix_cache import PrefixCache
@@ -48,10 +54,15 @@ class Batcher:
         max_prefill_tokens: int,
         prefix_caching: bool = False,
         block_size: int = 16,
+        max_group_share: float = 1.0,
     ) -> None:
         if num_slots < 1:
             raise ValueError("the KV budget must hold at least one sequence of max_model_len tokens")
+        if not 0.0 < max_group_share <= 1.0:
+            raise ValueError(f"max_group_share must be in (0, 1], got {max_group_share!r}")
         self.num_slots = num_slots
+        # Slots one group may hold while others wait (at least one).
+        self.group_slots = max(1, math.floor(max_group_share * num_slots + 1e-9))
         self.max_prefill_tokens = max_prefill_tokens
         self.prefix_cache = PrefixCache(num_slots, block_size, enabled=prefix_caching)
         self.waiting: deque[Sequence] = deque()
@@ -71,8 +82,7 @@ class Batcher:
             cache.commit(seq.slot, seq.num_computed, seq.prompt_ids, seq.output_ids)
         # Sequences already decoding before this step's admissions decode this step.
         plan.decode = [s for s in self.running if not s.in_prefill]
-        while self.waiting and cache.num_free_slots:
-            seq = self.waiting.popleft()
+        for seq in self._admitted(cache.num_free_slots):
             hit = cache.admit(seq.prompt_ids, use_cache=seq.params.prompt_logprobs is None)
             seq.slot, seq.num_computed, seq.num_cached_tokens = hit.slot, hit.num_tokens, hit.num_tokens
             if hit.copy_from is not None:
@@ -88,6 +98,31 @@ class Batcher:
                 plan.prefill.append((seq, chunk))
                 budget -= chunk
         return plan
+
+    def _admitted(self, free: int) -> list[Sequence]:
+        """The waiting sequences to admit into `free` slots (taken off the queue). Requests take the slots
+        in turns: each next slot goes to the waiting request holding the fewest (those under their share
+        before those at it), ties to the one waiting longest; a sequence without a group is a request
+        of its own. With no other request waiting, one takes every free slot."""
+        if not free or not self.waiting:
+            return []
+        if len(self.waiting) <= free or self.group_slots >= self.num_slots:
+            return [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
+        held = Counter(s.group for s in self.running if s.group is not None)
+        queues: dict[object, deque[Sequence]] = {}  # in the order each request's first sequence waits
+        for seq in self.waiting:
+            queues.setdefault(seq.group if seq.group is not None else id(seq), deque()).append(seq)
+        rank = {key: i for i, key in enumerate(queues)}
+        chosen: list[Sequence] = []
+        while len(chosen) < free and queues:
+            key = min(queues, key=lambda k: (held[k] >= self.group_slots, held[k], rank[k]))
+            chosen.append(queues[key].popleft())
+            held[key] += 1
+            if not queues[key]:
+                del queues[key]
+        taken = set(map(id, chosen))
+        self.waiting = deque(s for s in self.waiting if id(s) not in taken)
+        return chosen
 
     def release_finished(self) -> list[Sequence]:
         """Free the slots of finished sequences and drop them from the running set."""

@@ -27,7 +27,8 @@ from tandem.engine.grammar import GrammarCompiler, GrammarError
 from tandem.engine.grammar_mask import apply_grammars
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
-from tandem.engine.processors import LogitsRow, bad_words_token_ids, process_logits
+from tandem.engine.processor_tables import BadWordError, ProcessorTables, prepare_tables
+from tandem.engine.processors import LogitsRow, process_logits
 from tandem.engine.sampler import logprob_entries, new_generator, sample
 from tandem.engine.sampling_params import GrammarSpec, SamplingParams
 from tandem.engine.sequence import Sequence
@@ -57,6 +58,9 @@ class EngineConfig:
     num_threads: int | None = None  # torch threads for this engine; default all cores
     enable_prefix_caching: bool = True  # reuse the KV of identical prompt prefixes (tandem.engine.prefix_cache)
     prefix_block_size: int = 16  # tokens per cached block: prefixes are matched in whole blocks
+    # The most of the KV slots one request's sequences (its choices) hold while others wait for one
+    # (tandem.engine.batcher); sequences without a request group are not limited.
+    max_request_share: float = 0.25
 
     def resolve_max_len(self, model_max: int) -> int:
         limit = self.max_model_len or min(model_max, 2048)
@@ -99,7 +103,11 @@ class Engine:
         kv_dtype = _kv_dtype(optimized.kv_cache_dtype)
         self.runner = ModelRunner(model.module, num_slots, self.max_model_len, kv_dtype)
         self.batcher = Batcher(
-            num_slots, config.max_prefill_tokens, config.enable_prefix_caching, config.prefix_block_size
+            num_slots,
+            config.max_prefill_tokens,
+            config.enable_prefix_caching,
+            config.prefix_block_size,
+            max_group_share=config.max_request_share,
         )
         self.clock = clock
         self._eos = frozenset(model.eos_token_ids)
@@ -129,7 +137,13 @@ class Engine:
         prompt: str | list[int],
         params: SamplingParams | None = None,
         request_id: str | None = None,
+        *,
+        group: str | None = None,
+        tables: ProcessorTables | None = None,
     ) -> str:
+        """Queue a request. `group`: the API request it is a choice of (one request's choices share
+        the KV slots fairly with others); `tables`: its precomputed processor tables
+        (`processor_tables(params)`, built now when not given)."""
         params = params or SamplingParams()
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
         if request_id in self._live:
@@ -145,9 +159,9 @@ class Engine:
             max_len=self.max_model_len,
             metrics=RequestMetrics(arrival_time=self.clock()),
         )
-        if params.bad_words:
-            encode = self.model.tokenizer.encode
-            seq.bad_word_ids = bad_words_token_ids(params.bad_words, lambda w: encode(w, add_special_tokens=False))
+        if tables is None and params.processes_logits:
+            tables = self.processor_tables(params)
+        seq.tables, seq.group = tables, group
         if params.grammar is not None:
             seq.grammar = self.grammar_state(params.grammar)
         if not params.greedy:
@@ -161,14 +175,14 @@ class Engine:
         ids = self.model.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise RequestError("the prompt is empty")
-        vocab = self.model.config.vocab_size
-        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in ids):
-            raise RequestError(f"prompt token ids must be integers in [0, {vocab})")
-        if len(ids) >= self.max_model_len:
+        if len(ids) >= self.max_model_len:  # first: a huge list is refused without a scan
             raise PromptTooLongError(
                 f"the prompt has {len(ids)} tokens; this model's context is {self.max_model_len} tokens "
                 "and at least one must remain for the output"
             )
+        vocab = self.model.config.vocab_size
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab for t in ids):
+            raise RequestError(f"prompt token ids must be integers in [0, {vocab})")
         return ids
 
     @property
@@ -197,9 +211,20 @@ class Engine:
     def validate_params(self, params: SamplingParams) -> None:
         """Check what SamplingParams cannot check alone: token ids within this model's vocabulary."""
         vocab = self.model.config.vocab_size
-        outside = [t for t, _ in params.logit_bias if t >= vocab]
-        if outside:
-            raise RequestError(f"logit_bias: token id {outside[0]} is outside the vocabulary [0, {vocab})")
+        for name, ids in (("logit_bias", (t for t, _ in params.logit_bias)), ("stop_token_ids", params.stop_token_ids)):
+            outside = next((t for t in ids if t >= vocab), None)
+            if outside is not None:
+                raise RequestError(f"{name}: token id {outside} is outside the vocabulary [0, {vocab})")
+
+    def processor_tables(self, params: SamplingParams) -> ProcessorTables:
+        """What `params`' logits processors need, computed once (bad words tokenized as vLLM does).
+        Touches no engine state: a server builds them in a worker thread, once per request.
+        RequestError for a bad word over MAX_BAD_WORD_TOKENS tokens."""
+        encode = self.model.tokenizer.encode
+        try:
+            return prepare_tables(params, self._eos, lambda w: encode(w, add_special_tokens=False))
+        except BadWordError as exc:
+            raise RequestError(str(exc)) from None
 
     def abort(self, request_id: str) -> bool:
         """Stop a request now; its KV slot is free for the next step. False if it was not live."""

@@ -16,19 +16,22 @@ Definitions and order are vLLM's (OpenAI's for the presence and frequency penalt
    tokens are subtracted.
 A ban is -inf, which no later step lifts, so bans are written last. Temperature, min_p, top-k and
 top-p follow in the sampler (tandem.engine.sampler). Each processor is one tensor operation over
-every row that uses it, with per-row parameters; rows that use none cost nothing.
+every row that uses it, with per-row parameters; rows that use none cost nothing. What bad words,
+logit_bias, min_tokens and stop_token_ids need is precomputed once per request
+(tandem.engine.processor_tables), so their cost per step does not grow with their size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from tandem.engine.processor_tables import ProcessorTables, bad_words_token_ids
 from tandem.engine.sequence import Sequence as EngineSequence
 
-__all__ = ["LogitsRow", "bad_words_token_ids", "process_logits"]
+__all__ = ["LogitsRow", "bad_words_token_ids", "process_logits", "tables_of"]
 
 
 @dataclass(frozen=True)
@@ -43,32 +46,11 @@ class LogitsRow:
         return self.seq.output_ids + list(self.drafted) if self.drafted else self.seq.output_ids
 
 
-def bad_words_token_ids(words: Iterable[str], encode: Callable[[str], list[int]]) -> tuple[tuple[int, ...], ...]:
-    """The token sequences that spell each word, as vLLM derives them: the word itself (stripped of
-    leading spaces), and with one leading space when that tokenizes to a different first token but
-    as many tokens (the word in the middle of text). `encode` adds no special tokens."""
-    out: list[tuple[int, ...]] = []
-    for word in words:
-        bare = tuple(encode(word.lstrip()))
-        if not bare:
-            continue
-        out.append(bare)
-        spaced = tuple(encode(" " + word.lstrip()))
-        if spaced and spaced[0] != bare[0] and len(spaced) == len(bare):
-            out.append(spaced)
-    return tuple(out)
-
-
-def _banned(row: LogitsRow) -> list[int]:
-    seq, output = row.seq, row.output_ids
-    banned = []
-    for word in seq.bad_word_ids:
-        prefix = len(word) - 1
-        if prefix == 0 or (prefix <= len(output) and tuple(output[len(output) - prefix :]) == word[:-1]):
-            banned.append(word[-1])
-    if len(output) < seq.params.min_tokens:
-        banned += [*seq.eos_ids, *seq.params.stop_token_ids]
-    return banned
+def tables_of(seq: EngineSequence) -> ProcessorTables:
+    """The sequence's precomputed tables (tandem.engine.processor_tables), built now if it came without."""
+    if seq.tables is None:
+        seq.tables = ProcessorTables.build(seq.params, seq.eos_ids, seq.bad_word_ids)
+    return seq.tables
 
 
 def _index(pairs: list[tuple[int, int]], vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +58,18 @@ def _index(pairs: list[tuple[int, int]], vocab: int) -> tuple[torch.Tensor, torc
     kept = [(r, t) for r, t in pairs if t < vocab]
     rows = torch.tensor([r for r, _ in kept], dtype=torch.long)
     return rows, torch.tensor([t for _, t in kept], dtype=torch.long)
+
+
+def _gather(parts: list[tuple[int, torch.Tensor]], vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, id) index tensors of each row's id tensors, ids beyond this vocabulary dropped."""
+    ids = torch.cat([t for _, t in parts])
+    rows = torch.repeat_interleave(
+        torch.tensor([r for r, _ in parts], dtype=torch.long), torch.tensor([len(t) for _, t in parts])
+    )
+    if ids.numel() and int(ids.max()) >= vocab:
+        keep = ids < vocab
+        rows, ids = rows[keep], ids[keep]
+    return rows, ids
 
 
 def _penalize(logits: torch.Tensor, rows: list[LogitsRow], which: list[int]) -> None:
@@ -100,6 +94,24 @@ def _penalize(logits: torch.Tensor, rows: list[LogitsRow], which: list[int]) -> 
     logits[which] = sub
 
 
+class _Request:
+    """The rows of one request's tables in this batch (its choices share them)."""
+
+    def __init__(self, tables: ProcessorTables) -> None:
+        self.tables = tables
+        self.rows: list[int] = []
+        self.before_min_tokens: list[int] = []
+
+
+def _apply(logits: torch.Tensor, rows: list[int], size: int, change) -> None:
+    """change(sub) on logits[rows, :size] (the dense tables cover ids below `size`), in place."""
+    width = min(size, logits.shape[-1])
+    index = torch.tensor(rows, dtype=torch.long)
+    sub = logits[index, :width]
+    change(sub, width)
+    logits[index, :width] = sub
+
+
 def process_logits(logits: torch.Tensor, rows: Sequence[LogitsRow]) -> torch.Tensor:
     """logits [N, V] (row i predicts after rows[i]'s history) -> the processed logits; the input is
     returned unchanged (not copied) when no row uses a processor."""
@@ -108,23 +120,36 @@ def process_logits(logits: torch.Tensor, rows: Sequence[LogitsRow]) -> torch.Ten
         return logits
     logits = logits.clone()
     vocab = logits.shape[-1]
-    banned: list[tuple[int, int]] = []
-    biased: list[tuple[int, int]] = []
-    bias_values: list[float] = []
+    requests: dict[int, _Request] = {}
+    prefix_banned: list[tuple[int, torch.Tensor]] = []
     penalized: list[int] = []
     for i in active:
-        params = rows[i].seq.params
-        banned += [(i, t) for t in _banned(rows[i])]
-        for token, bias in params.logit_bias:
-            if token < vocab:
-                biased.append((i, token))
-                bias_values.append(bias)
+        row = rows[i]
+        params, tables = row.seq.params, tables_of(row.seq)
+        request = requests.get(id(tables))
+        if request is None:
+            request = requests[id(tables)] = _Request(tables)
+        request.rows.append(i)
+        output = row.output_ids
+        if len(output) < params.min_tokens:
+            request.before_min_tokens.append(i)
+        prefix_banned += [(i, ids) for ids in tables.prefix_bans(output)]
         if params.repetition_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
             penalized.append(i)
-    if biased:
-        logits.index_put_(_index(biased, vocab), torch.tensor(bias_values, dtype=logits.dtype), accumulate=True)
+    inf = float("-inf")
+    for r in requests.values():
+        if r.tables.bias is not None:
+            _apply(logits, r.rows, r.tables.size, lambda sub, w, b=r.tables.bias: sub.add_(b[:w].to(sub.dtype)))
     if penalized:
         _penalize(logits, list(rows), penalized)
-    if banned:
-        logits[_index(banned, vocab)] = float("-inf")
+    for r in requests.values():  # bans last: nothing after them may lift a -inf
+        t = r.tables
+        if t.always_banned is not None:
+            _apply(logits, r.rows, t.size, lambda sub, w, m=t.always_banned: sub.masked_fill_(m[:w], inf))
+        if t.min_tokens_banned is not None and r.before_min_tokens:
+            _apply(
+                logits, r.before_min_tokens, t.size, lambda sub, w, m=t.min_tokens_banned: sub.masked_fill_(m[:w], inf)
+            )
+    if prefix_banned:
+        logits[_gather(prefix_banned, vocab)] = inf
     return logits

@@ -90,7 +90,15 @@ def sample(
     wanted = [row for row, p in enumerate(params) if p.logprobs is not None]
     if wanted:
         # Logprobs of the model's own distribution, before temperature and cuts (as vLLM reports).
+        # One log-softmax, one gather and one top-k for every such row (not one per row: 64 rows with
+        # 20 alternatives each cost a step as much as one).
         logprobs = torch.log_softmax((logits if raw_logits is None else raw_logits)[wanted], dim=-1)
+        chosen = logprobs.gather(-1, torch.tensor([tokens[r] for r in wanted], dtype=torch.long)[:, None])
+        chosen_values = chosen[:, 0].tolist()
+        k = max(params[r].logprobs for r in wanted)
+        top_values, top_ids = ([], []) if not k else (t.tolist() for t in torch.topk(logprobs, k, dim=-1))
         for i, row in enumerate(wanted):
-            logprob_out[row] = _logprob_entry(logprobs[i], tokens[row], params[row].logprobs)
+            n = params[row].logprobs
+            top = dict(zip(top_ids[i][:n], top_values[i][:n], strict=True)) if n else {}
+            logprob_out[row] = TokenLogprob(tokens[row], chosen_values[i], top)
     return tokens, logprob_out

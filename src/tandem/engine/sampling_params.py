@@ -65,7 +65,7 @@ class SamplingParams:
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop))
-        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        object.__setattr__(self, "stop_token_ids", tuple(dict.fromkeys(self.stop_token_ids)))  # deduplicated
         if isinstance(self.bad_words, str):
             object.__setattr__(self, "bad_words", (self.bad_words,))
         object.__setattr__(self, "bad_words", tuple(self.bad_words))

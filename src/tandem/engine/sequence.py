@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from tandem.engine.outputs import RequestMetrics, RequestOutput, TokenLogprob
 from tandem.engine.sampling_params import SamplingParams
@@ -56,10 +56,19 @@ class Sequence:
     # params.prompt_logprobs: one entry per prompt token scored so far (None for the first token)
     prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)
     prompt_logprobs_sent: bool = False
-    # params.bad_words as token sequences (tandem.engine.processors.bad_words_token_ids), set at admission
+    # params.bad_words as token sequences (tandem.engine.processor_tables.bad_words_token_ids); the
+    # tables are built from them when the sequence came without `tables`
     bad_word_ids: tuple[tuple[int, ...], ...] = ()
     # params.grammar's matcher, set at admission; advanced by every appended token
     grammar: Grammar | None = None
+    # The request's precomputed logits-processor tables (tandem.engine.processor_tables.ProcessorTables,
+    # shared by its choices); None: built on first use
+    tables: Any = None
+    group: str | None = None  # the API request this sequence is a choice of (the Batcher's fair share)
+    stop_ids: frozenset[int] = field(init=False)  # params.stop_token_ids as a set: one lookup per token
+
+    def __post_init__(self) -> None:
+        self.stop_ids = frozenset(self.params.stop_token_ids)
 
     @property
     def all_ids(self) -> list[int]:
@@ -94,7 +103,7 @@ class Sequence:
             self.grammar.consume(token_id)
         may_stop = len(self.output_ids) >= params.min_tokens  # the processors keep EOS out before that
         is_eos = token_id in self.eos_ids and not params.ignore_eos
-        if may_stop and (is_eos or token_id in params.stop_token_ids):
+        if may_stop and (is_eos or token_id in self.stop_ids):
             self.finish("stop", None if is_eos else token_id)
             return
         before = len(self.text)

@@ -175,6 +175,7 @@ def gate_command(
     and unit cost. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 could not run."""
     from tandem.gate.offline import GateRunError, OfflineRun, run_variants
     from tandem.gate.pairs import PairLog
+    from tandem.gate.private_files import write_private
     from tandem.gate.report import render_report
     from tandem.gate.state import Gate, GateState
 
@@ -238,9 +239,9 @@ def gate_command(
         "pairs": [p.to_dict() for p in pair_run.pairs],
     }
     if json_path:
-        Path(json_path).write_text(json.dumps(result, indent=1) + "\n")
+        write_private(json_path, json.dumps(result, indent=1) + "\n")
     if report_path:
-        Path(report_path).write_text(render_report(result, pair_run.pairs))
+        write_private(report_path, render_report(result, pair_run.pairs))
     _summary(verdict)
     sys.exit(EXIT_CODES[overall])
 

@@ -49,6 +49,7 @@ from tandem.edge.keep_track import KEEP_TRACK_HEADER, KEPT_TRACK_HEADER, keeps_t
 from tandem.gate.config import GateConfig
 from tandem.gate.mirror import ShadowMirror, Ticket
 from tandem.gate.pairs import PairLog
+from tandem.gate.private_files import open_private
 from tandem.gate.scoring import Kept, Scorer
 from tandem.gate.sides import Side
 from tandem.gate.state import Decision, Gate, GateState
@@ -145,7 +146,7 @@ class GatewayShadow:
         self.config, self.controller, self.dispatcher, self.clock = config, controller, dispatcher, clock
         self.incumbent, self.candidate = controller.primary, config.candidate
         self.decisions_file = decisions_file
-        self._pairs_out = pairs_file.open("a", buffering=1) if pairs_file is not None else None
+        self._pairs_out = open_private(pairs_file, buffering=1) if pairs_file is not None else None
         self.pairs = PairLog(sink=self._pairs_out.write if self._pairs_out is not None else None)
         self.counts: Counter[str] = Counter({name: 0 for name in OUTCOMES})
         self.verdicts: Counter[str] = Counter()
@@ -255,7 +256,7 @@ class GatewayShadow:
         line = json.dumps({"gate_decision": {"candidate": self.candidate, **decision.to_dict()}}, default=str)
         logger.info("%s", line)
         if self.decisions_file is not None:
-            with self._write, self.decisions_file.open("a") as out:
+            with self._write, open_private(self.decisions_file) as out:
                 out.write(line + "\n")
 
     # --- what operators see --------------------------------------------------------------------

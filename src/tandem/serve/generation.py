@@ -59,7 +59,11 @@ class Generation:
         timer = self.metrics.timer(self.arrival)
         finished = False
         stream = self.served.async_engine.generate(
-            self.plan.prompts[choice.prompt_index], choice.params, request_id=f"{self.request_id}-{choice.index}"
+            self.plan.prompts[choice.prompt_index],
+            choice.params,
+            request_id=f"{self.request_id}-{choice.index}",
+            group=self.request_id,  # the choices share the KV slots fairly with other requests
+            tables=self.plan.tables,
         )
         try:
             async with aclosing(stream) as outputs:

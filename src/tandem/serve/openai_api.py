@@ -220,11 +220,16 @@ def build_router(state: ServerState) -> APIRouter:
         served = state.require_model()
         # Tokenizing runs in a worker thread: a long prompt must not stall every other request.
         plan = await asyncio.to_thread(
-            plan_completion, body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity
+            plan_completion,
+            body,
+            served.limits,
+            max_n=state.config.max_n,
+            capacity=state.admission.capacity,
+            share=state.config.max_request_share,
         )
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         keep: Keep | None = None
-        key = keep_key(request.headers)
+        key = keep_key(request.headers, state.config.fleet_secret)
         said: dict[str, str] = {}  # tells the gateway this answer's track is kept (it never guesses)
         if key is not None and keeps_track(
             COMPLETIONS, prompt=body.prompt, n=body.n, logprobs=body.logprobs, echo=body.echo
@@ -264,7 +269,12 @@ def build_router(state: ServerState) -> APIRouter:
         served = state.require_model()
         # Rendering the chat template (time-limited, tandem.model.chat_template) and tokenizing: off the loop.
         plan = await asyncio.to_thread(
-            plan_chat, body, served.limits, max_n=state.config.max_n, capacity=state.admission.capacity
+            plan_chat,
+            body,
+            served.limits,
+            max_n=state.config.max_n,
+            capacity=state.admission.capacity,
+            share=state.config.max_request_share,
         )
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         gen, lease = start(plan, rid)

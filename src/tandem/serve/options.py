@@ -84,6 +84,12 @@ _OPTIONS = [
         "--max-n", type=click.IntRange(min=1), default=None, help="Most choices per prompt (n).  [default: 16]"
     ),
     click.option(
+        "--max-request-share",
+        type=click.FloatRange(min=0, max=1, min_open=True),
+        default=None,
+        help="Most of the running slots and queue one request (prompts x n) may hold; more is a 400.  [default: 0.25]",
+    ),
+    click.option(
         "--retry-after-s", type=click.IntRange(min=0), default=None, help="Retry-After sent with a 429.  [default: 1]"
     ),
     click.option(

@@ -15,6 +15,7 @@ from typing import Any
 from tandem.edge.errors import APIError
 from tandem.engine import GrammarSpec, PromptTooLongError, RequestError, SamplingParams
 from tandem.model import ChatTemplateError
+from tandem.serve.bounds import check_messages, check_prompt_text, check_sequences, check_stop_token_ids
 from tandem.serve.parameters import CHAT_NO_OPS, COMPLETION_NO_OPS, refuse_unimplemented
 from tandem.serve.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from tandem.serve.structured import check_grammar, requested_grammar
@@ -46,7 +47,9 @@ class ModelLimits:
     render_chat: Callable[..., str]  # (messages[, tools]) -> text; raises ChatTemplateError
     bos_token: str | None = None
     decode: Callable[[list[int]], str] | None = None  # ids -> text (echo of a token-id prompt)
-    vocab_size: int | None = None  # logit_bias ids must be below it
+    vocab_size: int | None = None  # logit_bias and stop_token_ids ids must be below it
+    # SamplingParams -> its precomputed logits-processor tables (Engine.processor_tables); raises RequestError
+    prepare_tables: Callable[[SamplingParams], Any] | None = None
     # What an omitted sampling field becomes (request field -> value), from the model's
     # generation_config.json unless --generation-config vllm; missing keys: the OpenAI API's defaults.
     sampling_defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -70,6 +73,8 @@ class Plan:
     echo: bool = False  # completions: each choice's text (and logprobs) start with its prompt's
     prompt_texts: tuple[str, ...] = ()  # with echo: each prompt as text
     tools: ToolPlan | None = None  # chat with tool_choice other than "none": the output is read as tool calls
+    # The choices' logits-processor tables, built once here (off the event loop) and shared by them all
+    tables: Any = None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -217,22 +222,30 @@ def _sampling_params(
         raise APIError(400, str(exc), param=name if name in _PARAMS_FIELDS else None, code="invalid_value") from None
 
 
-def _check_count(n: int, num_prompts: int, max_n: int, capacity: int) -> None:
-    if n > max_n:
-        raise APIError(400, f"n: at most {max_n} choices per prompt, got {n}", param="n", code="invalid_value")
-    if n * num_prompts > capacity:
-        raise APIError(
-            400,
-            f"this request needs {n * num_prompts} sequences ({num_prompts} prompt(s) x n={n}); this server holds "
-            f"at most {capacity} at once",
-            param="n",
-            code="invalid_value",
-        )
+def _check_fields(req: CompletionRequest | ChatCompletionRequest, limits: ModelLimits) -> None:
+    """The bounds tied to the model (tandem.serve.bounds), before any tokenizing."""
+    check_stop_token_ids(req.stop_token_ids or (), limits.vocab_size)
 
 
-def plan_completion(req: CompletionRequest, limits: ModelLimits, *, max_n: int, capacity: int) -> Plan:
+def _tables(limits: ModelLimits, choices: list[Choice]) -> Any:
+    """The processor tables every choice shares (they differ only in their seed), or None when none applies."""
+    params = choices[0].params
+    if limits.prepare_tables is None or not params.processes_logits:
+        return None
+    try:
+        return limits.prepare_tables(params)
+    except RequestError as exc:
+        name = str(exc).split(":", 1)[0].split("[", 1)[0]
+        raise APIError(400, str(exc), param=name if name in _PARAMS_FIELDS else None, code="invalid_value") from None
+
+
+def plan_completion(
+    req: CompletionRequest, limits: ModelLimits, *, max_n: int, capacity: int, share: float = 1.0
+) -> Plan:
+    """`capacity`: the sequences the replica runs or queues at once; one request may hold `share` of them."""
     check_model_name(req.model, limits.name)
     _refuse_unsupported(req)
+    _check_fields(req, limits)
     if req.max_tokens == 0 and not req.echo:
         raise APIError(
             400,
@@ -241,7 +254,12 @@ def plan_completion(req: CompletionRequest, limits: ModelLimits, *, max_n: int, 
             code="invalid_value",
         )
     prompts = req.prompts()
-    _check_count(req.n, len(prompts), max_n, capacity)
+    check_sequences(req.n, len(prompts), max_n=max_n, capacity=capacity, share=share)
+    for p_index, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            check_prompt_text(
+                prompt, "prompt" if isinstance(req.prompt, str) else f"prompt[{p_index}]", limits.max_model_len
+            )
     grammar = _grammar(requested_grammar(req), limits)
     # echo with logprobs scores the prompt too (teacher forcing, as OpenAI's legacy API and vLLM).
     prompt_logprobs = req.logprobs if req.echo else None
@@ -257,7 +275,7 @@ def plan_completion(req: CompletionRequest, limits: ModelLimits, *, max_n: int, 
         for j in range(req.n):
             params = _sampling_params(req, limits, max_tokens, j, req.logprobs, prompt_logprobs, grammar)
             choices.append(Choice(p_index * req.n + j, p_index, params))
-    return Plan(all_ids, choices, echo=req.echo, prompt_texts=tuple(texts))
+    return Plan(all_ids, choices, echo=req.echo, prompt_texts=tuple(texts), tables=_tables(limits, choices))
 
 
 def _grammar(requested: tuple[str, GrammarSpec] | None, limits: ModelLimits) -> GrammarSpec | None:
@@ -274,10 +292,13 @@ def _decode(limits: ModelLimits, ids: list[int]) -> str:
     return limits.decode(ids)
 
 
-def plan_chat(req: ChatCompletionRequest, limits: ModelLimits, *, max_n: int, capacity: int) -> Plan:
+def plan_chat(
+    req: ChatCompletionRequest, limits: ModelLimits, *, max_n: int, capacity: int, share: float = 1.0
+) -> Plan:
     check_model_name(req.model, limits.name)
     _refuse_unsupported(req)
-    _check_count(req.n, 1, max_n, capacity)
+    _check_fields(req, limits)
+    check_sequences(req.n, 1, max_n=max_n, capacity=capacity, share=share)
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs", code="invalid_value")
     tools, tool_grammar = plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls, limits.tool_call_parser)
@@ -299,7 +320,7 @@ def plan_chat(req: ChatCompletionRequest, limits: ModelLimits, *, max_n: int, ca
     choices = [
         Choice(j, 0, _sampling_params(req, limits, max_tokens, j, logprobs, None, grammar)) for j in range(req.n)
     ]
-    return Plan([ids], choices, tools=tools)
+    return Plan([ids], choices, tools=tools, tables=_tables(limits, choices))
 
 
 def _message(m: ChatMessage, limits: ModelLimits) -> dict[str, Any]:
@@ -320,6 +341,7 @@ def chat_prompt_ids(
 ) -> list[int]:
     """The token ids chat completions run for `messages` (the template's text with a generation prompt,
     and the tools where given); POST /tokenize counts the same. A ChatTemplateError is a 400 naming messages."""
+    check_messages([m.text() for m in messages], limits.max_model_len)  # before rendering: bounded work
     rendered = [_message(m, limits) for m in messages]
     try:
         text = limits.render_chat(rendered, tools) if tools else limits.render_chat(rendered)

@@ -20,6 +20,15 @@ from pydantic import (
     model_validator,
 )
 
+from tandem.serve.bounds import (  # the bounds' table is there
+    MAX_BAD_WORD_CHARS,
+    MAX_BAD_WORDS,
+    MAX_LOGIT_BIAS,
+    MAX_LOGPROBS,
+    MAX_STOP_STRING_CHARS,
+    MAX_STOP_STRINGS,
+)
+
 __all__ = [
     "ChatCompletionRequest",
     "ChatMessage",
@@ -33,11 +42,6 @@ __all__ = [
     "MAX_STOP_STRINGS",
     "MAX_LOGPROBS",
 ]
-
-MAX_STOP_STRINGS = 16
-MAX_BAD_WORDS = 256
-MAX_LOGIT_BIAS = 1024  # entries; each is applied at every step
-MAX_LOGPROBS = 20  # the engine returns at most 20 alternatives per token
 
 _STRICT = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
 # Request bodies keep undeclared fields for the route to refuse by name (tandem.serve.parameters).
@@ -117,7 +121,7 @@ class _SamplingFields(BaseModel):
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, ge=0.01, le=100)  # tandem.engine's REPETITION_PENALTY_RANGE
     min_tokens: int = Field(0, ge=0)
-    bad_words: list[str] | None = Field(None, max_length=MAX_BAD_WORDS)
+    bad_words: list[Annotated[str, Field(max_length=MAX_BAD_WORD_CHARS)]] | None = Field(None, max_length=MAX_BAD_WORDS)
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     include_stop_str_in_output: bool = False
@@ -141,6 +145,9 @@ class _SamplingFields(BaseModel):
             raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stops)}")
         if any(not s for s in stops):
             raise ValueError("stop strings must not be empty")
+        longest = max(map(len, stops), default=0)
+        if longest > MAX_STOP_STRING_CHARS:
+            raise ValueError(f"a stop string may have at most {MAX_STOP_STRING_CHARS} characters, got {longest}")
         return value
 
     def stop_list(self) -> tuple[str, ...]:

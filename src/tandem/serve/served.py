@@ -6,6 +6,7 @@ model, apply the recipe through the optimizer registry, start an engine sized by
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
             max_prefill_tokens=config.max_prefill_tokens,
             num_threads=config.threads,
             enable_prefix_caching=config.enable_prefix_caching,
+            max_request_share=config.max_request_share,
         ),
     )
     tokenizer = model.tokenizer
@@ -119,9 +121,14 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
         check_grammar=engine.check_grammar,
         tool_call_parser=config.tool_call_parser,
         template_renders_tool_calls="tool_calls" in (tokenizer.chat_template or ""),
+        prepare_tables=engine.processor_tables,
         sampling_defaults=_usable(sampling_defaults(model.generation_defaults))
         if config.generation_config == "auto"
         else {},
+    )
+    # Logprobs name up to 21 tokens per generated token, on the event loop: each id is decoded once.
+    token_text = functools.lru_cache(maxsize=model.config.vocab_size)(
+        lambda token_id: tokenizer.decode([token_id], skip_special_tokens=False)
     )
     return ServedModel(
         name=limits.name,
@@ -130,5 +137,5 @@ def load_served_model(config: Settings, created: int) -> ServedModel:
         async_engine=AsyncEngine(engine),
         limits=limits,
         created=created,
-        token_text=lambda token_id: tokenizer.decode([token_id], skip_special_tokens=False),
+        token_text=token_text,
     )

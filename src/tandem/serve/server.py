@@ -24,6 +24,7 @@ from tandem.edge.lifeline import watch_parent
 from tandem.edge.server import ExitZeroServer, configure_logging, uvicorn_config
 from tandem.edge.settings import Settings
 from tandem.serve.app import create_app
+from tandem.serve.bounds import max_request_sequences
 from tandem.serve.served import ServedModel, load_served_model
 
 __all__ = ["run_server", "startup_banner", "describe_defaults", "TandemServer", "client_host"]
@@ -80,7 +81,9 @@ def startup_banner(config: Settings, served: ServedModel, port: int) -> str:
             f"tandem serve is ready at {base} (OpenAI API under {base}/v1)",
             f"  model:  {served.name} ({served.path}), context {served.max_model_len} tokens",
             f"  recipe: {served.recipe}",
-            f"  slots:  {served.num_slots} running + {config.max_queue} queued sequences",
+            f"  slots:  {served.num_slots} running + {config.max_queue} queued sequences; one request at most "
+            f"{max_request_sequences(served.num_slots + config.max_queue, config.max_request_share)} "
+            f"(--max-request-share {config.max_request_share:g})",
             f"  sampling defaults: {describe_defaults(served.sampling_defaults, config.generation_config)}",
             "  try:",
             f"    curl {base}/v1/completions -H 'Content-Type: application/json'{auth} \\",

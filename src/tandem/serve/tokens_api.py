@@ -14,6 +14,7 @@ from fastapi import APIRouter
 import tandem
 from tandem.edge.bodies import ParsedBodyRoute
 from tandem.edge.errors import APIError
+from tandem.serve.bounds import check_detokenize_tokens, check_prompt_text
 from tandem.serve.parameters import TOKENIZE_NO_OPS, refuse_unimplemented
 from tandem.serve.plan import chat_prompt_ids, check_model_name
 from tandem.serve.schemas import DetokenizeRequest, TokenizeRequest
@@ -25,6 +26,8 @@ __all__ = ["build_tokens_router"]
 
 def _tokenize(served: ServedModel, body: TokenizeRequest) -> dict:
     limits = served.limits
+    if body.prompt is not None:
+        check_prompt_text(body.prompt, "prompt", limits.max_model_len)  # before tokenizing: bounded work
     if body.messages is not None:
         ids = chat_prompt_ids(limits, body.messages, body.add_special_tokens)
     else:
@@ -54,6 +57,7 @@ def build_tokens_router(state: ServerState) -> APIRouter:
         refuse_unimplemented(body, {})
         if body.model is not None:
             check_model_name(body.model, served.name)
+        check_detokenize_tokens(body.tokens, served.max_model_len)
         vocab = served.limits.vocab_size
         outside = [t for t in body.tokens if vocab is not None and t >= vocab]
         if outside:
