@@ -1,10 +1,37 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+# `make test` runs two workers on a 2-core machine, each with its own replicas: OpenMP threads that
+# spin while they wait only take the CPU from the others. Set before torch (or a replica) starts one.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+# The files that take longest (real replicas, a fresh venv, a Ray cluster), handed to the workers
+# first so that none is left running alone at the end (longest first packs two workers best).
+LONGEST_FIRST = (
+    "test_wheel.py", "gate/test_cli.py", "cluster/test_ray_cluster.py", "serve/test_structured.py",
+    "optimize/test_bench.py", "gateway/test_gate_live.py", "gateway/test_scaling.py", "gateway/test_traversal.py",
+    "gateway/test_operator_errors.py", "serve/test_costly_requests.py", "optimize/test_adaptive.py",
+    "gateway/test_run.py", "gateway/test_faults.py", "gateway/test_liveness.py", "zoo/test_bundled_models.py",
+    "test_readme.py", "optimize/test_speculative.py", "gateway/test_slow_stream.py", "serve/test_errors.py",
+    "serve/test_fuzz.py", "gateway/test_schema_fuzz.py", "gateway/test_external_variants.py",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    tests = Path(__file__).parent
+
+    def rank(item) -> int:
+        path = Path(str(item.fspath)).relative_to(tests).as_posix()
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order, and each file's tests theirs
+
 
 from tiny_models import save_tiny  # noqa: E402
 

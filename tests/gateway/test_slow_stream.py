@@ -22,12 +22,13 @@ pytestmark = pytest.mark.slow
 
 TOKENS = 1000
 NEIGHBOURS = 4
+STOP_CHARS = 1024  # the longest stop string a replica takes (tandem.serve.bounds)
 
 
-def held(stop_chars: int) -> dict:
+def held(stop_chars: int, tokens: int = TOKENS) -> dict:
     """A stream whose text is all held back: its stop string (never matched) is longer than the answer."""
     return {
-        "model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": TOKENS, "ignore_eos": True, "stream": True,
+        "model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": tokens, "ignore_eos": True, "stream": True,
         "temperature": 0, "stop": "\u2603" * stop_chars,
     }  # fmt: skip
 
@@ -62,8 +63,14 @@ def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_
         with httpx.Client(base_url=gw.url, timeout=180) as client:
             whole = client.post("/v1/completions", json={**held(1), "stream": False, "stop": None})
             assert whole.status_code == 200, whole.text
-            stop_chars = len(whole.json()["choices"][0]["text"]) + 64
-            status, text, first, total = stream(client, held(stop_chars))
+            # As many tokens as a stop string of the longest length a replica takes can hold back.
+            chars = len(whole.json()["choices"][0]["text"])
+            tokens = min(TOKENS, (STOP_CHARS - 64) * TOKENS // max(chars, 1))
+            prefix = client.post("/v1/completions", json={**held(1, tokens), "stream": False, "stop": None})
+            stop_chars = len(prefix.json()["choices"][0]["text"]) + 64
+            assert stop_chars <= STOP_CHARS, (chars, tokens, stop_chars)
+            slow = held(stop_chars, tokens)
+            status, text, first, total = stream(client, slow)
             assert status == 200 and text.endswith("data: [DONE]\n\n") and first is not None
             assert first > 0.8 * total, (first, total)  # the whole answer was held back to its end
             _, _, quick, _ = stream(client, neighbour())
@@ -77,7 +84,7 @@ def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_
                 results[name] = stream(own, body)
 
         threads = [threading.Thread(target=run, args=(f"n{i}", neighbour())) for i in range(NEIGHBOURS)]
-        threads.append(threading.Thread(target=run, args=("slow", held(stop_chars))))
+        threads.append(threading.Thread(target=run, args=("slow", slow)))
         for thread in threads:
             thread.start()
         for thread in threads:
