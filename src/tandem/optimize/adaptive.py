@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback
+from tandem.optimize.checks import integer_in, no_speculator_yet
 from tandem.optimize.draft_length import (
     Acceptance,
     CostFit,
@@ -202,10 +203,8 @@ class AdaptiveSpeculator:
 
 
 def _check(who: str, k_max: int, probe_every: int) -> None:
-    if not isinstance(k_max, int) or not 1 <= k_max <= 16:
-        raise ValueError(f"{who}: k_max must be an integer in [1, 16], got {k_max!r}")
-    if not isinstance(probe_every, int) or probe_every < 1:
-        raise ValueError(f"{who}: probe_every must be an integer >= 1, got {probe_every!r}")
+    integer_in(who, "k_max", k_max, 1, 16)
+    integer_in(who, "probe_every", probe_every, 1)
 
 
 @dataclass(frozen=True)
@@ -228,8 +227,7 @@ class AdaptiveSpeculative:
         return replace(self, **params)
 
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
-        if model.speculator is not None:
-            raise ValueError("speculative: the recipe already has a speculator; use one speculative optimizer")
+        no_speculator_yet("speculative", model)
         draft = load_draft(self.draft, model.model)
         speculator = AdaptiveSpeculator(
             DraftModelSpeculator(draft), self.lookup, self.k_max, probe_every=self.probe_every
@@ -248,14 +246,12 @@ class AdaptiveNgram:
 
     def __post_init__(self) -> None:
         _check("ngram@2.0", self.k_max, self.probe_every)
-        if not isinstance(self.n, int) or not 1 <= self.n <= 8:
-            raise ValueError(f"ngram@2.0: n must be an integer in [1, 8], got {self.n!r}")
+        integer_in("ngram@2.0", "n", self.n, 1, 8)
 
     def with_params(self, **params) -> AdaptiveNgram:
         return replace(self, **params)
 
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
-        if model.speculator is not None:
-            raise ValueError("ngram: the recipe already has a speculator; use one speculative optimizer")
+        no_speculator_yet("ngram", model)
         speculator = AdaptiveSpeculator(None, True, self.k_max, self.n, probe_every=self.probe_every)
         return model.with_changes(speculator=speculator)

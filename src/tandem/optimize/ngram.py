@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback
+from tandem.optimize.checks import integer_in, no_speculator_yet
 from tandem.optimize.types import OptimizedModel
 
 __all__ = ["NgramSpeculator", "Ngram", "lookup"]
@@ -61,17 +62,13 @@ class Ngram:
     description: str = "prompt-lookup speculation: propose the continuation of an earlier n-gram match"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.k, int) or not 1 <= self.k <= 16:
-            raise ValueError(f"ngram: k must be an integer in [1, 16], got {self.k!r}")
-        if not isinstance(self.n, int) or not 1 <= self.n <= 8:
-            raise ValueError(f"ngram: n must be an integer in [1, 8], got {self.n!r}")
-        if not isinstance(self.max_batch, int) or self.max_batch < 1:
-            raise ValueError(f"ngram: max_batch must be an integer >= 1, got {self.max_batch!r}")
+        integer_in("ngram", "k", self.k, 1, 16)
+        integer_in("ngram", "n", self.n, 1, 8)
+        integer_in("ngram", "max_batch", self.max_batch, 1)
 
     def with_params(self, **params) -> Ngram:
         return replace(self, **params)
 
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
-        if model.speculator is not None:
-            raise ValueError("ngram: the recipe already has a speculator; use one speculative optimizer")
+        no_speculator_yet("ngram", model)
         return model.with_changes(speculator=NgramSpeculator(self.k, self.max_batch, self.n))

@@ -22,6 +22,7 @@ from tandem.engine.sampler import filtered_probs
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal, StepFeedback
 from tandem.model.loader import Model, load_model
+from tandem.optimize.checks import integer_in, no_speculator_yet
 from tandem.optimize.types import OptimizedModel
 
 __all__ = ["DraftModelSpeculator", "Speculative", "default_draft_dir", "load_draft"]
@@ -139,17 +140,14 @@ class Speculative:
     description: str = "draft-model speculative decoding, verified in one batched target forward (lossless)"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.k, int) or not 1 <= self.k <= 16:
-            raise ValueError(f"speculative: k must be an integer in [1, 16], got {self.k!r}")
-        if not isinstance(self.max_batch, int) or self.max_batch < 1:
-            raise ValueError(f"speculative: max_batch must be an integer >= 1, got {self.max_batch!r}")
+        integer_in("speculative", "k", self.k, 1, 16)
+        integer_in("speculative", "max_batch", self.max_batch, 1)
 
     def with_params(self, **params) -> Speculative:
         return replace(self, **params)
 
     def optimize(self, model: OptimizedModel) -> OptimizedModel:
-        if model.speculator is not None:
-            raise ValueError("speculative: the recipe already has a speculator; use one speculative optimizer")
+        no_speculator_yet("speculative", model)
         draft = load_draft(self.draft, model.model)
         speculator = DraftModelSpeculator(draft, self.k, self.max_batch)
         return model.with_changes(speculator=speculator, notes=(*model.notes, f"draft={draft.path}"))

@@ -198,6 +198,15 @@ def build_router(state: ServerState) -> APIRouter:
         lease = state.admission.admit(len(plan.choices))
         return Generation(state.require_model(), state.metrics, plan, rid, state.clock), lease
 
+    async def planned(plan_request: Callable[..., Plan], body, served: ServedModel) -> Plan:
+        """All of a request's checks, its tokenizing (and a chat's template) in a worker thread: a long
+        prompt must not stall every other request."""
+        config = state.config
+        return await asyncio.to_thread(
+            plan_request, body, served.limits, max_n=config.max_n, capacity=state.admission.capacity,
+            share=config.max_request_share,
+        )  # fmt: skip
+
     @router.get("/v1/models")
     async def list_models() -> dict:
         served = state.require_model()
@@ -218,15 +227,7 @@ def build_router(state: ServerState) -> APIRouter:
     @router.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Response:
         served = state.require_model()
-        # Tokenizing runs in a worker thread: a long prompt must not stall every other request.
-        plan = await asyncio.to_thread(
-            plan_completion,
-            body,
-            served.limits,
-            max_n=state.config.max_n,
-            capacity=state.admission.capacity,
-            share=state.config.max_request_share,
-        )
+        plan = await planned(plan_completion, body, served)
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         keep: Keep | None = None
         key = keep_key(request.headers, state.config.fleet_secret)
@@ -267,15 +268,7 @@ def build_router(state: ServerState) -> APIRouter:
     @router.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         served = state.require_model()
-        # Rendering the chat template (time-limited, tandem.model.chat_template) and tokenizing: off the loop.
-        plan = await asyncio.to_thread(
-            plan_chat,
-            body,
-            served.limits,
-            max_n=state.config.max_n,
-            capacity=state.admission.capacity,
-            share=state.config.max_request_share,
-        )
+        plan = await planned(plan_chat, body, served)  # the template is time-limited (tandem.model.chat_template)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         gen, lease = start(plan, rid)
         if body.stream:
