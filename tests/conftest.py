@@ -23,14 +23,30 @@ LONGEST_FIRST = (
 )  # fmt: skip
 
 
-def pytest_collection_modifyitems(session, config, items) -> None:
-    tests = Path(__file__).parent
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with LONGEST_FIRST handed out first (xdist orders files by their number of
+    tests, which leaves a one-test file such as the wheel's running alone at the end)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
 
-    def rank(item) -> int:
-        path = Path(str(item.fspath)).relative_to(tests).as_posix()
+    def rank(scope: str) -> int:
+        path = scope.removeprefix("tests/")
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
-    items.sort(key=rank)  # stable: the rest keep their order, and each file's tests theirs
+    class LongestFirst(LoadFileScheduling):
+        ordered = False
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:
+                self.ordered = True
+                queue = sorted(self.workqueue.items(), key=lambda unit: rank(unit[0]))  # stable
+                self.workqueue.clear()
+                self.workqueue.update(queue)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
 
 
 from tiny_models import save_tiny  # noqa: E402

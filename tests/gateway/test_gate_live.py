@@ -55,8 +55,12 @@ def decided(gw: RunningGateway, timeout: float = 240.0) -> dict:
 
 
 def test_a_good_candidate_passes_and_is_promoted_with_no_failed_request(tmp_path):
+    # Not a latency test (tests/gate/test_latency.py is): on a busy 2-core CI machine the candidate's
+    # first-token p95 over 64 pairs can sit anywhere within 6x of the incumbent's, so its tolerance here
+    # is wide enough that only accuracy, cost and errors decide.
+    tolerances = {**LOOSE_LATENCY, "latency_p95": 9.0}
     gate = {
-        "min_samples": {"latency": 16, "accuracy": 16, "errors": 16}, "max_samples": 64, "tolerances": LOOSE_LATENCY,
+        "min_samples": {"latency": 16, "accuracy": 16, "errors": 16}, "max_samples": 64, "tolerances": tolerances,
         "accuracy": {"score_fraction": 0.5},
     }  # fmt: skip
     raw = deployment("int8+ngram", gate, {1: 80.0, 4: 300.0, 16: 800.0, 32: 1100.0})
