@@ -5,7 +5,9 @@ every character back until the end) passes the gateway's first-byte timeout whil
 stream on the same replica: it alone gets 504 `first_byte_timeout`; the neighbours finish with
 `data: [DONE]` and no error event; the replica is not declared unresponsive and the breaker stays
 closed. The timeout is set from the held stream's own first-byte time measured in this test (half of
-it), so a loaded machine changes both alike.
+it), so a loaded machine changes both alike. The replica's every step takes at least DELAY_MS (the
+gate's `slow-steps` test optimizer), so the held stream (as many tokens as the longest stop string a
+replica takes can hold back) is late by seconds while a neighbour's first byte needs a step or two.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.slow
 
 TOKENS = 1000
 NEIGHBOURS = 4
+DELAY_MS = 10
 STOP_CHARS = 1024  # the longest stop string a replica takes (tandem.serve.bounds)
 
 
@@ -33,8 +36,8 @@ def held(stop_chars: int, tokens: int = TOKENS) -> dict:
     }  # fmt: skip
 
 
-def neighbour() -> dict:
-    return {"model": MODEL_NAME, "prompt": "In a land far away", "max_tokens": TOKENS, "ignore_eos": True,
+def neighbour(tokens: int = TOKENS) -> dict:
+    return {"model": MODEL_NAME, "prompt": "In a land far away", "max_tokens": tokens, "ignore_eos": True,
             "stream": True, "temperature": 0}  # fmt: skip
 
 
@@ -51,9 +54,12 @@ def stream(client: httpx.Client, body: dict) -> tuple[int, str, float | None, fl
     return r.status_code, text, first, time.monotonic() - started
 
 
-def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_finish(serve_model_dir, tmp_path):
+def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_finish(
+    serve_model_dir, tmp_path, plugins, monkeypatch
+):
+    monkeypatch.setenv("PYTHONPATH", str(plugins))  # the replica finds `slow-steps` by its entry point
     raw = {
-        "model": str(serve_model_dir), "threads": 1, "variants": [variant("fast")],
+        "model": str(serve_model_dir), "threads": 1, "variants": [variant("fast", f"slow-steps(delay_ms={DELAY_MS})")],
         "policy": {"name": "hpa", "interval_s": 0.5},
         "breaker": {"consecutive_failures": 1, "failure_ratio": 0.01, "min_calls": 1, "window_s": 60, "open_s": 60},
     }  # fmt: skip
@@ -73,7 +79,7 @@ def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_
             status, text, first, total = stream(client, slow)
             assert status == 200 and text.endswith("data: [DONE]\n\n") and first is not None
             assert first > 0.8 * total, (first, total)  # the whole answer was held back to its end
-            _, _, quick, _ = stream(client, neighbour())
+            _, _, quick, _ = stream(client, neighbour(tokens))
         assert quick is not None and quick < first / 3, (quick, first)  # a neighbour's first byte is much earlier
         gw.gw.upstream.first_byte_timeout_s = first / 2
 
@@ -83,7 +89,10 @@ def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_
             with httpx.Client(base_url=gw.url, timeout=180) as own:
                 results[name] = stream(own, body)
 
-        threads = [threading.Thread(target=run, args=(f"n{i}", neighbour())) for i in range(NEIGHBOURS)]
+        # Half as many again as the held stream's tokens: still streaming when it times out.
+        threads = [
+            threading.Thread(target=run, args=(f"n{i}", neighbour(tokens + tokens // 2))) for i in range(NEIGHBOURS)
+        ]
         threads.append(threading.Thread(target=run, args=("slow", slow)))
         for thread in threads:
             thread.start()
