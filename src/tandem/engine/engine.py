@@ -23,11 +23,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from tandem.engine.batcher import Batcher, StepPlan
-from tandem.engine.grammar import GrammarCompiler, GrammarError
+from tandem.engine.errors import PromptTooLongError, RequestError
+from tandem.engine.grammar import GrammarCompiler
 from tandem.engine.grammar_mask import apply_grammars
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
-from tandem.engine.processor_tables import BadWordError, ProcessorTables, prepare_tables
+from tandem.engine.processor_tables import ProcessorTables, prepare_tables
 from tandem.engine.processors import LogitsRow, process_logits
 from tandem.engine.sampler import logprob_entries, new_generator, sample
 from tandem.engine.sampling_params import GrammarSpec, SamplingParams
@@ -39,14 +40,6 @@ from tandem.model.tokenizer import IncrementalDetokenizer
 from tandem.optimize.types import OptimizedModel
 
 __all__ = ["Engine", "EngineConfig", "RequestError", "PromptTooLongError"]
-
-
-class RequestError(ValueError):
-    """A request the engine refuses at admission; the message says why."""
-
-
-class PromptTooLongError(RequestError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -196,17 +189,11 @@ class Engine:
         return self._grammars
 
     def check_grammar(self, spec: GrammarSpec) -> None:
-        """Raise RequestError naming what is wrong with a grammar spec (safe from any thread)."""
-        try:
-            self.grammars.check(spec)
-        except GrammarError as exc:
-            raise RequestError(str(exc)) from None
+        """Raise RequestError (GrammarError) naming what is wrong with a grammar spec (safe from any thread)."""
+        self.grammars.check(spec)
 
     def grammar_state(self, spec: GrammarSpec):
-        try:
-            return self.grammars.state(spec)
-        except GrammarError as exc:
-            raise RequestError(str(exc)) from None
+        return self.grammars.state(spec)
 
     def validate_params(self, params: SamplingParams) -> None:
         """Check what SamplingParams cannot check alone: token ids within this model's vocabulary."""
@@ -221,10 +208,7 @@ class Engine:
         Touches no engine state: a server builds them in a worker thread, once per request.
         RequestError for a bad word over MAX_BAD_WORD_TOKENS tokens."""
         encode = self.model.tokenizer.encode
-        try:
-            return prepare_tables(params, self._eos, lambda w: encode(w, add_special_tokens=False))
-        except BadWordError as exc:
-            raise RequestError(str(exc)) from None
+        return prepare_tables(params, self._eos, lambda w: encode(w, add_special_tokens=False))
 
     def abort(self, request_id: str) -> bool:
         """Stop a request now; its KV slot is free for the next step. False if it was not live."""

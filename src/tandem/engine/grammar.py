@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from tandem.engine.errors import RequestError
 from tandem.engine.sampling_params import GrammarSpec
 
 __all__ = ["GrammarCompiler", "GrammarError", "GrammarState", "grammar_text"]
@@ -30,7 +31,7 @@ CACHE_SIZE = 256  # compiled grammars kept (least recently used dropped first)
 _JSON_OPTIONS = {"whitespace_flexible": False}
 
 
-class GrammarError(ValueError):
+class GrammarError(RequestError):
     """The spec does not compile; the message names the problem (an unknown keyword, a bad regex...)."""
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem.engine.errors import RequestError
 from tandem.engine.sampling_params import SamplingParams
 
 __all__ = ["MAX_BAD_WORD_TOKENS", "BadWordError", "ProcessorTables", "bad_words_token_ids", "prepare_tables"]
@@ -35,7 +36,7 @@ MAX_BAD_WORD_TOKENS = 64
 _NO_IDS = torch.empty(0, dtype=torch.long)
 
 
-class BadWordError(ValueError):
+class BadWordError(RequestError):
     """A bad word past the bounds; the message names bad_words."""
 
 
