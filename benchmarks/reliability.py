@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the same flood and process helpers the tests use
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from reliability_attacks import FLEET_SCENARIOS, start_attack_fleet  # noqa: E402
+from reliability_attacks import FLEET_SCENARIOS, replica_pids, start_attack_fleet  # noqa: E402
 from reliability_operator_errors import OPERATOR_SCENARIOS  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
 
@@ -118,20 +118,6 @@ class Clients:
         self.stopped.set()
         for thread in self.threads:
             thread.join(180)
-
-
-def replica_pids() -> dict[str, int]:
-    pids = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if "--replica-id" in argv:
-            pids[argv[argv.index("--replica-id") + 1]] = int(entry.name)
-    return pids
 
 
 def peak_memory(pid: int) -> int:

@@ -89,7 +89,9 @@ def start_attack_fleet(logs: Path, first_byte_timeout_s: float) -> AttackFleet:
     return AttackFleet(gateway, logs)
 
 
-def _replica_pid(replica_id: str) -> int:
+def replica_pids() -> dict[str, int]:
+    """Every running replica's pid by its --replica-id (read from /proc)."""
+    pids = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -97,9 +99,16 @@ def _replica_pid(replica_id: str) -> int:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "--replica-id" in argv and argv[argv.index("--replica-id") + 1] == replica_id:
-            return int(entry.name)
-    raise LookupError(f"no process for replica {replica_id}")
+        if "--replica-id" in argv:
+            pids[argv[argv.index("--replica-id") + 1]] = int(entry.name)
+    return pids
+
+
+def _replica_pid(replica_id: str) -> int:
+    pid = replica_pids().get(replica_id)
+    if pid is None:
+        raise LookupError(f"no process for replica {replica_id}")
+    return pid
 
 
 def _percentile(values: list[float], q: float) -> float | None:
