@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shlex
 import signal
 import socket
@@ -320,6 +321,7 @@ def main() -> None:
     logs.mkdir(parents=True, exist_ok=True)
     result: dict = {
         "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "host_cpu": platform.processor() or next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown"),
         "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                  text=True).stdout.strip() or None,
         "scenarios": chosen,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import resource
 import shlex
 import sys
@@ -164,6 +165,7 @@ def main() -> None:
     table = summarize(runs, args.target)
     payload = {
         "command": shlex.join([".venv/bin/python", *sys.argv]),
+        "host_cpu": platform.processor() or next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown"),
         "load": Path("/proc/loadavg").read_text().split()[:3],
         "wall_s": wall,
         "cpu_s": cpu,
