@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import signal
 import socket
@@ -51,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the same flood and process helpers the tests use
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from host import cpu_model  # noqa: E402
 from reliability_attacks import FLEET_SCENARIOS, replica_pids, start_attack_fleet  # noqa: E402
 from reliability_operator_errors import OPERATOR_SCENARIOS  # noqa: E402
 from server_process import ServerProcess  # noqa: E402
@@ -321,7 +321,7 @@ def main() -> None:
     logs.mkdir(parents=True, exist_ok=True)
     result: dict = {
         "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-        "host_cpu": platform.processor() or next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown"),
+        "host_cpu": cpu_model(),
         "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                  text=True).stdout.strip() or None,
         "scenarios": chosen,

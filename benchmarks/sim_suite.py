@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from host import cpu_model  # benchmarks/host.py (this script's folder is on sys.path)
 
 from tandem.contracts import Profile
 from tandem.data import ATTRIBUTION, CONVERSATION_TRACE, SPLITWISE_TIMINGS
@@ -165,7 +166,7 @@ def main() -> None:
     table = summarize(runs, args.target)
     payload = {
         "command": shlex.join([".venv/bin/python", *sys.argv]),
-        "host_cpu": platform.processor() or next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown"),
+        "host_cpu": cpu_model(),
         "load": Path("/proc/loadavg").read_text().split()[:3],
         "wall_s": wall,
         "cpu_s": cpu,
