@@ -10,14 +10,20 @@ tandem.edge.keep_track.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 __all__ = [
+    "KV_EVENTS_PATH",
     "PROFILE_SOURCES",
+    "KVEvents",
     "Profile",
     "ReplicaLoad",
+    "kv_block_hash",
+    "kv_block_hashes",
 ]
 
 PROFILE_SOURCES = ("measured", "imported", "projected")
@@ -109,3 +115,67 @@ class ReplicaLoad:
     # Who measured it: "tandem" (the replica's GET /load), an external engine's metrics adapter
     # ("vllm", "sglang", "llamacpp"), or "gateway-inflight" (the gateway's own count of requests).
     source: str = "tandem"
+
+
+# --- KV events: which prefix blocks a replica holds (replica -> gateway's kv-aware router) ---------
+
+KV_EVENTS_PATH = "/kv/events"  # GET ?since=SEQ on a replica, behind the fleet's secret
+
+
+def kv_block_hash(parent: int | None, tokens: Sequence[int], seed: int = 0) -> int:
+    """One link of a prefix's hash chain, the same in every process and language: the first 8 bytes
+    (big-endian, unsigned) of sha256(seed as 8 bytes | parent as 8 bytes (0 for the first block) |
+    each token id as 4 bytes little-endian). A block's hash covers its tokens and, through the
+    parent, every token before them, as in vLLM's prefix caching."""
+    digest = hashlib.sha256()
+    digest.update(seed.to_bytes(8, "big"))
+    digest.update((parent or 0).to_bytes(8, "big"))
+    digest.update(b"".join(int(t).to_bytes(4, "little") for t in tokens))
+    return int.from_bytes(digest.digest()[:8], "big")
+
+
+def kv_block_hashes(ids: Sequence[int], block_size: int, seed: int = 0) -> list[int]:
+    """The hash chain of the full blocks of `ids` (a partial last block has no hash)."""
+    hashes: list[int] = []
+    parent: int | None = None
+    for lo in range(0, len(ids) - block_size + 1, block_size):
+        parent = kv_block_hash(parent, ids[lo : lo + block_size], seed)
+        hashes.append(parent)
+    return hashes
+
+
+@dataclass(frozen=True)
+class KVEvents:
+    """A replica's answer to GET /kv/events?since=SEQ: the block hashes stored and removed after
+    event `since`, up to `seq` (the newest event's number). `reset` True: the replica cannot say
+    what changed since `since` (it restarted, or the gap is older than what it keeps): `stored`
+    is then every block it holds now and the reader drops what it knew. Hashes are
+    `kv_block_hash` with the replica's `block_size` and `hash_seed` (also in GET /load)."""
+
+    seq: int
+    block_size: int
+    hash_seed: int
+    reset: bool
+    stored: tuple[int, ...] = ()
+    removed: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "block_size": self.block_size,
+            "hash_seed": self.hash_seed,
+            "reset": self.reset,
+            "stored": list(self.stored),
+            "removed": list(self.removed),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KVEvents:
+        return cls(
+            seq=int(data["seq"]),
+            block_size=int(data["block_size"]),
+            hash_seed=int(data["hash_seed"]),
+            reset=bool(data["reset"]),
+            stored=tuple(int(h) for h in data.get("stored", ())),
+            removed=tuple(int(h) for h in data.get("removed", ())),
+        )
