@@ -15,13 +15,15 @@ from typing import Any
 
 from tandem.contracts import Profile
 from tandem.deployment.flags import apply_flags, variant_name
+from tandem.deployment.fleet_file import split_fleet_file
+from tandem.deployment.memory_need import fill_replica_memory
 from tandem.deployment.model import Deployment
 from tandem.deployment.parse import DeploymentError, parse_deployment, read_deployment_file
 from tandem.deployment.schema import DEFAULT_MAX_REPLICAS
 from tandem.edge.settings import Settings
 from tandem.schedule.variant import replica_memory_bytes
 
-__all__ = ["REPLICA_SETTINGS", "ProfileSource", "deployment_from_settings", "replica_args"]
+__all__ = ["REPLICA_SETTINGS", "ProfileSource", "deployment_from_raw", "deployment_from_settings", "replica_args"]
 
 # Settings that are a replica's business: passed on to every replica's command line when not default.
 REPLICA_SETTINGS = (
@@ -109,6 +111,24 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource | None =
     if file is not None:
         raw = read_deployment_file(file)
         base_dir = Path(file).parent
+        if "models" in raw:
+            raise DeploymentError(f"{file}: serves several models (models:); read it with fleet_from_settings")
+        [(_, raw)], _ = split_fleet_file(raw)  # `nodes:` is the fleet's; bundled:NAME models resolved
+    return deployment_from_raw(raw, settings, profile, base_dir=base_dir, file=file)
+
+
+def deployment_from_raw(
+    raw: dict[str, Any] | None,
+    settings: Settings,
+    profile: ProfileSource | None = None,
+    *,
+    base_dir: Path = Path("."),
+    file: str | None = None,
+    served_model_name: str | None = None,
+) -> Deployment:
+    """One model's mapping (a single-model file's, or one entry of `models:`) with the settings over it.
+
+    `served_model_name`: the model's name in a `models:` file (else --served-model-name's)."""
     if settings.recipe is None and not (raw or {}).get("variants"):
         raw = {**(raw or {}), "variants": [{"name": "default"}]}  # the replicas' own default recipe
     out = apply_flags(
@@ -154,7 +174,8 @@ def deployment_from_settings(settings: Settings, profile: ProfileSource | None =
             if resources.get("memory") is None and isinstance(variant.get("profile"), dict):
                 memory = replica_memory_bytes(Profile.from_json(json.dumps(variant["profile"])), kv_tokens)
                 variant["resources"] = {**resources, "memory": memory}
+    fill_replica_memory(out)  # what the rest still lacks (tandem.deployment.memory_need)
     try:
-        return parse_deployment(out, base_dir, settings.served_model_name)
+        return parse_deployment(out, base_dir, served_model_name or settings.served_model_name)
     except DeploymentError as exc:
         raise DeploymentError(f"{file}: {exc}" if file is not None else str(exc)) from None

@@ -24,8 +24,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tandem.deployment import variant_name
+from tandem.deployment.memory_need import replica_bytes_from_args
 from tandem.edge.bodies import ParsedBodyRoute
 from tandem.edge.errors import APIError
+from tandem.gateway.models import for_operator
 from tandem.gateway.wiring import Gateway, PendingUse
 from tandem.schedule.controller import Snapshot
 from tandem.schedule.variant import Variant
@@ -38,6 +40,7 @@ logger = logging.getLogger("tandem.gateway")
 class UseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    model: str | None = Field(None, min_length=1, description="The model (required when the gateway serves several).")
     variant: str | None = Field(None, min_length=1, description="A variant of the deployment, or one served before.")
     recipe: str | None = Field(None, min_length=1, description="A recipe to serve as a new variant.")
     shift_step: float = Field(1.0, gt=0, le=1, description="Share of traffic moved per controller tick.")
@@ -69,14 +72,23 @@ def variant_to_use(known: dict[str, Variant], snap: Snapshot, request: UseReques
             while name in known or name in snap.pools:
                 n += 1
                 name = f"{base}-{n}"
-            # The primary's model, settings and resources (it reserves what the primary's replicas
-            # reserve); its Profile is the old recipe's, so not that.
-            chosen = dataclasses.replace(
-                primary, name=name, recipe=request.recipe, profile=None, memory_bytes=primary.replica_memory or None
-            )
+            # The primary's model, settings and resources: it reserves what the primary's replicas
+            # reserve, unless that was computed from the recipe (tandem.deployment.memory_need), then
+            # what the new recipe needs; its Profile is the old recipe's, so not that.
+            memory = primary.replica_memory or None
+            if memory == replica_bytes_from_args(primary.model, primary.recipe, primary.extra_args):
+                memory = replica_bytes_from_args(primary.model, request.recipe, primary.extra_args) or memory
+            chosen = dataclasses.replace(primary, name=name, recipe=request.recipe, profile=None, memory_bytes=memory)
     if chosen.name == snap.primary:
         raise APIError(409, f"{chosen.name!r} already serves the primary traffic", code="already_primary")
     return chosen
+
+
+def every_models_replicas(top: Gateway) -> dict[str, Any]:
+    """GET /admin/replicas of a many-model gateway: each model's view, and every replica with its model."""
+    views = {name: replicas_view(part, part.fleet.controller.snapshot()) for name, part in top.models.items()}
+    flat = [{**r, "model": name} for name, view in views.items() for r in view["replicas"]]
+    return {"models": views, "replicas": flat}
 
 
 def _rollout(snap: Snapshot, now: float) -> dict[str, Any] | None:
@@ -121,6 +133,8 @@ def replicas_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
                 "address": r.url,
                 "node": r.node or None,
                 "pending": None if r.pending is None else {"cause": r.pending.cause, "detail": r.pending.detail},
+                "reason": None if r.pending is None else r.pending.detail,  # why it waits (room, a region)
+                "memory_bytes": r.spec.memory_bytes,  # what it reserves on its node (0: nothing)
                 "up_s": round(now - r.started_at, 3),
                 "load": None if report is None else {
                     "running": report.load.running, "waiting": report.load.waiting, "kv_used": report.load.kv_used,
@@ -177,30 +191,39 @@ async def _prepare_and_use(gw: Gateway, variant: Variant, request: UseRequest) -
     gw.fleet.pending = None
 
 
-def build_admin_router(gw: Gateway) -> APIRouter:
+def build_admin_router(top: Gateway) -> APIRouter:
+    """The operator API; with several models each route is about the one its `model` names
+    (tandem.gateway.models.for_operator), and GET /admin/replicas without one shows them all."""
     router = APIRouter(prefix="/admin", tags=["admin"], route_class=ParsedBodyRoute)  # the edge parsed the body
     tasks: set[asyncio.Task] = set()
 
     @router.get("/replicas")
-    async def replicas() -> dict:
-        """Every replica (id, variant, recipe, region, state, address, last load, restarts, last error)."""
+    async def replicas(model: str | None = None) -> dict:
+        """Every replica (id, variant, recipe, region, state, address, memory, why pending, last load,
+        restarts, last error); with several models, each model's (or the `model` asked for)."""
+        if top.models and model is None:
+            return await asyncio.to_thread(every_models_replicas, top)
+        gw = for_operator(top, model)
         return replicas_view(gw, await asyncio.to_thread(gw.fleet.controller.snapshot))
 
     @router.get("/rollout")
-    async def rollout() -> dict:
+    async def rollout(model: str | None = None) -> dict:
         """The current (or last) rollout: phase, traffic weight, replicas ready; or what is being prepared."""
+        gw = for_operator(top, model)
         return rollout_view(gw, await asyncio.to_thread(gw.fleet.controller.snapshot))
 
     @router.get("/gate")
-    async def gate() -> dict:
+    async def gate(model: str | None = None) -> dict:
         """The validation gate: state, samples, per-metric statistics and verdicts, decisions with evidence."""
+        gw = for_operator(top, model)
         if gw.shadow is None:
             raise APIError(404, "this gateway has no validation gate (no gate: block, no --shadow)", code="no_gate")
         return await asyncio.to_thread(gw.shadow.view)
 
     @router.post("/gate/promote", status_code=202, response_model=None)
-    async def promote() -> JSONResponse:
+    async def promote(model: str | None = None) -> JSONResponse:
         """Promote the gate's candidate after a PASS (when auto_promote is off): the rollout of `use`."""
+        gw = for_operator(top, model)
         if gw.shadow is None:
             raise APIError(404, "this gateway has no validation gate (no gate: block, no --shadow)", code="no_gate")
         try:
@@ -212,6 +235,7 @@ def build_admin_router(gw: Gateway) -> APIRouter:
     @router.post("/use", status_code=202, response_model=None)
     async def use(request: UseRequest) -> JSONResponse:
         """Switch the primary traffic to a variant or a recipe: a rollout with zero failed requests."""
+        gw = for_operator(top, request.model)
         snap = await asyncio.to_thread(gw.fleet.controller.snapshot)
         if (snap.rollout is not None and not snap.rollout.finished) or (
             gw.fleet.pending and gw.fleet.pending.error is None
@@ -235,7 +259,10 @@ def build_admin_router(gw: Gateway) -> APIRouter:
                 raise APIError(409, str(exc), code="rollout_refused") from None
             gw.fleet.variants[variant.name] = variant
             gw.fleet.pending = None
-        logger.info("operator: use %s (%s)", variant.name, variant.recipe or "the default recipe")
+        logger.info(
+            "operator: use %s (%s)%s", variant.name, variant.recipe or "the default recipe",
+            f" for model {gw.model}" if gw.model else "",
+        )  # fmt: skip
         view = rollout_view(gw, await asyncio.to_thread(gw.fleet.controller.snapshot))
         return JSONResponse(view, status_code=202)
 

@@ -32,6 +32,9 @@ from tandem.edge.paths import CanonicalPathMiddleware
 from tandem.edge.prometheus import metrics_response
 from tandem.gateway.admin import build_admin_router
 from tandem.gateway.loads import poll_loads
+from tandem.gateway.model_backend import shared_backend
+from tandem.gateway.models import all_ready, model_cards, requested_model, route, warmest
+from tandem.gateway.models_admin import build_models_admin_router
 from tandem.gateway.proxy import proxy, proxy_get
 from tandem.gateway.wiring import Gateway
 
@@ -51,36 +54,51 @@ GATEWAY_OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/version", "get"): Operation(errors=(500, 503)),
     ("/health", "get"): Operation(errors=(500,)),
     ("/ready", "get"): Operation(errors=(500,), also={503: None}),
-    ("/admin/replicas", "get"): Operation(errors=(401, 500)),
-    ("/admin/rollout", "get"): Operation(errors=(401, 500)),
-    ("/admin/gate", "get"): Operation(errors=(401, 404, 500)),
-    ("/admin/gate/promote", "post"): Operation(errors=(401, 404, 409, 500)),
+    ("/admin/replicas", "get"): Operation(errors=(401, 404, 500)),
+    ("/admin/rollout", "get"): Operation(errors=(400, 401, 404, 500)),
+    ("/admin/gate", "get"): Operation(errors=(400, 401, 404, 500)),
+    ("/admin/gate/promote", "post"): Operation(errors=(400, 401, 404, 409, 500)),
     ("/admin/use", "post"): Operation(errors=(400, 401, 404, 408, 409, 413, 500)),
+    ("/admin/models", "get"): Operation(errors=(401, 500)),
 }
 REPLICA_EXIT_WAIT_S = 15.0  # at shutdown; replicas still running later leave on their own (tandem.edge.lifeline)
 
 
-async def control_loop(gw: Gateway, stop: asyncio.Event, on_fatal: Callable[[str], None]) -> None:
-    while not stop.is_set():
+async def _tick_model(gw: Gateway, on_fatal: Callable[[str], None]) -> None:
+    """One model's tick: its controller, its gate, its replicas' loads, its waiting requests woken."""
+    try:
+        await asyncio.to_thread(gw.fleet.controller.tick)
+    except Exception:
+        logger.exception("controller tick failed")
+    if gw.shadow is not None:  # the gate judges on the same tick (its bootstrap runs off the loop)
         try:
-            await asyncio.to_thread(gw.fleet.controller.tick)
+            await asyncio.to_thread(gw.shadow.tick, gw.clock())
         except Exception:
-            logger.exception("controller tick failed")
-        if gw.shadow is not None:  # the gate judges on the same tick (its bootstrap runs off the loop)
-            try:
-                await asyncio.to_thread(gw.shadow.tick, gw.clock())
-            except Exception:
-                logger.exception("the gate's tick failed")
-        # Right after the tick, so a replica that just became ready is described by its own report at once.
-        await poll_loads(gw.fleet, gw.upstream)
-        gw.fleet.notify()
-        if gw.fleet.controller.fatal is not None and gw.fleet.fatal is None:
-            gw.fleet.fatal = gw.fleet.controller.fatal
-            on_fatal(gw.fleet.fatal)
+            logger.exception("the gate's tick failed")
+    # Right after the tick, so a replica that just became ready is described by its own report at once.
+    await poll_loads(gw.fleet, gw.upstream)
+    gw.fleet.notify()
+    if gw.fleet.controller.fatal is not None and gw.fleet.fatal is None:
+        gw.fleet.fatal = gw.fleet.controller.fatal
+        on_fatal(gw.fleet.fatal)
+
+
+async def control_loop(gw: Gateway, stop: asyncio.Event, on_fatal: Callable[[str], None]) -> None:
+    """Every model's tick, once per interval (the shortest of the models'). With several models one
+    that can never start is reported (GET /admin/models) and the others serve on: only a single
+    model's failure ends the process."""
+    interval_s = min(part.deployment.interval_s for part in gw.parts())
+    while not stop.is_set():
+        for part in gw.parts():
+            await _tick_model(part, on_fatal if not gw.models else _model_failed(part))
         try:
-            await asyncio.wait_for(stop.wait(), gw.deployment.interval_s)
+            await asyncio.wait_for(stop.wait(), interval_s)
         except TimeoutError:
             pass
+
+
+def _model_failed(part: Gateway) -> Callable[[str], None]:
+    return lambda message: logger.error("model %s cannot serve: %s", part.model, message)
 
 
 def stop_replicas(backend: Backend, wait_s: float = REPLICA_EXIT_WAIT_S, poll_s: float = 0.1) -> list[str]:
@@ -118,9 +136,10 @@ def create_gateway_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        client = gw.upstream.open()  # every request to a replica carries the fleet's secret
-        if gw.shadow is not None:
-            gw.shadow.start(client)
+        for part in gw.parts():
+            client = part.upstream.open()  # every request to a replica carries the fleet's secret
+            if part.shadow is not None:
+                part.shadow.start(client)
         stop = asyncio.Event()
         task = asyncio.create_task(control_loop(gw, stop, on_fatal or (lambda message: None)))
         try:
@@ -132,10 +151,12 @@ def create_gateway_app(
             return
         stop.set()
         await task
-        if gw.shadow is not None:
-            await gw.shadow.aclose()
-        await asyncio.to_thread(stop_replicas, gw.fleet.backend)
-        await gw.upstream.aclose()
+        for part in gw.parts():
+            if part.shadow is not None:
+                await part.shadow.aclose()
+        await asyncio.to_thread(stop_replicas, shared_backend(gw.fleet.backend))
+        for part in gw.parts():
+            await part.upstream.aclose()
 
     app = FastAPI(
         title="tandem gateway", summary="Routes, autoscales and falls back over tandem replicas", lifespan=lifespan
@@ -143,6 +164,7 @@ def create_gateway_app(
     app.state.gateway = gw
     install_error_handlers(app)
     app.include_router(build_admin_router(gw))
+    app.include_router(build_models_admin_router(gw))
 
     @app.get("/health")
     async def health() -> dict:
@@ -151,7 +173,7 @@ def create_gateway_app(
     @app.get("/ready", response_model=None)
     async def ready() -> Response:
         """200 once the primary variant has a ready replica; 503 while starting and while draining."""
-        if gw.fleet.ready() and not gw.draining:
+        if all_ready(gw) and not gw.draining:
             return JSONResponse({"status": "ready", "primary": gw.fleet.controller.primary})
         status = "draining" if gw.draining else ("failed" if gw.fleet.fatal else "starting")
         return JSONResponse(
@@ -161,39 +183,47 @@ def create_gateway_app(
     @app.get("/metrics")
     async def metrics() -> Response:
         # Open -> half-open by time; a variant that left the deployment (retired, rolled over) loses its series.
-        gw.fleet.metrics.observe_breakers({v: gw.dispatcher.breakers.mode(v) for v in gw.fleet.controller.pools})
-        gw.requests.observe_buffered(gw.fleet.controller.pools, gw.fleet.inflight.buffered)
+        for part in gw.parts():
+            pools = part.fleet.controller.pools
+            part.fleet.metrics.observe_breakers({v: part.dispatcher.breakers.mode(v) for v in pools})
+            part.requests.observe_buffered(pools, part.fleet.inflight.buffered)
         return metrics_response(gw.registry)
 
     @app.get("/v1/models", response_model=None)
     async def models(request: Request) -> Response:
+        if gw.models:  # many models: the gateway knows them all, cold ones too
+            return JSONResponse(await asyncio.to_thread(model_cards, gw))
         return await proxy_get(gw, "/v1/models", request)
 
     @app.get("/v1/models/{model_id:path}", response_model=None)
     async def model(model_id: str, request: Request) -> Response:
+        if gw.models:
+            route(gw, model_id)  # 404 model_not_found unless served
+            cards = await asyncio.to_thread(model_cards, gw)
+            return JSONResponse(next(c for c in cards["data"] if c["id"] == model_id))
         # Encoded again as the client sent it: an id with a control character, "?" or "#" is the replica's 404.
         return await proxy_get(gw, f"/v1/models/{quote(model_id, safe='/')}", request)
 
     # vLLM's utility routes, answered by a replica (tokens are the model's business).
     @app.post("/tokenize", response_model=None)
     async def tokenize(request: Request) -> Response:
-        return await proxy_get(gw, "/tokenize", request)
+        return await proxy_get(route(gw, requested_model(request)), "/tokenize", request)
 
     @app.post("/detokenize", response_model=None)
     async def detokenize(request: Request) -> Response:
-        return await proxy_get(gw, "/detokenize", request)
+        return await proxy_get(route(gw, requested_model(request)), "/detokenize", request)
 
     @app.get("/version", response_model=None)
     async def version(request: Request) -> Response:
-        return await proxy_get(gw, "/version", request)
+        return await proxy_get(warmest(gw), "/version", request)
 
     @app.post("/v1/completions", response_model=None)
     async def completions(request: Request) -> Response:
-        return await proxy(gw, request, "/v1/completions")
+        return await proxy(route(gw, requested_model(request)), request, "/v1/completions")
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: Request) -> Response:
-        return await proxy(gw, request, "/v1/chat/completions")
+        return await proxy(route(gw, requested_model(request)), request, "/v1/chat/completions")
 
     install_openapi(app, GATEWAY_OPERATIONS)
     # Starlette runs the last-added middleware first: header size, the path, auth, the body checks, the routes.

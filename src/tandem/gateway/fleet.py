@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tandem.cluster.backend import Backend, ReplicaState
 from tandem.deployment import ProfileSource
+from tandem.gateway.cold_start import ColdStarts
 from tandem.schedule.controller import Controller
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.profiles import cached_profile
@@ -44,6 +45,7 @@ class Fleet:
     profile: ProfileSource = cached_profile  # measures a rolled-out recipe's Profile
     pending: PendingUse | None = None
     fatal: str | None = None  # the primary can never start: the process exits non-zero with this
+    cold: ColdStarts = field(default_factory=ColdStarts)  # scale from zero, as the requests waiting felt it
     _changed: asyncio.Event | None = field(default=None, repr=False)
 
     def ready(self) -> bool:

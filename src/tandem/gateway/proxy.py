@@ -114,18 +114,21 @@ async def _acquire(gw: Gateway, route: RouteRequest) -> Target | None:
         return target
     variant = gw.fleet.controller.primary
     gw.fleet.inflight.buffered[variant] += 1
+    gw.fleet.cold.waiting(gw.clock(), cold=not any(r.state is ReplicaState.READY for r in gw.fleet.backend.list()))
     try:
         deadline = gw.clock() + gw.buffer_timeout_s
         while not gw.draining and (left := deadline - gw.clock()) > 0:
             await gw.fleet.wait_for_change(min(left, _WAKE_AT_LEAST_EVERY_S))
             target = gw.dispatcher.pick(route)
             if target is not None:
+                gw.fleet.cold.served(gw.clock())
                 return target
         return None
     finally:  # also when the client left (this task is cancelled)
         gw.fleet.inflight.buffered[variant] -= 1
         if gw.fleet.inflight.buffered[variant] <= 0:
             del gw.fleet.inflight.buffered[variant]
+        gw.fleet.cold.abandoned(still_waiting=gw.fleet.inflight.buffered.get(variant, 0))
 
 
 async def proxy(gw: Gateway, request: Request, path: str) -> Response:

@@ -20,6 +20,7 @@ import uvicorn
 from tandem.edge.server import ExitZeroServer, configure_logging, uvicorn_config
 from tandem.edge.settings import Settings
 from tandem.gateway.app import create_gateway_app, stop_replicas
+from tandem.gateway.model_backend import shared_backend
 from tandem.gateway.wiring import Gateway
 
 __all__ = ["GatewayServer", "run_gateway"]
@@ -92,6 +93,10 @@ def run_gateway(
         gw.deployment.policy_name, backend,
         f"{log_dir}{' on each replica node' if gw.deployment.backend.name == 'ray' else ''}",
     )  # fmt: skip
+    for name, part in gw.models.items():
+        variants = ", ".join(f"{p.variant.name} ({p.variant.recipe or 'default'})" for p in part.deployment.plans)
+        logger.info("model %s: variants %s; primary %s, policy %s", name, variants, part.deployment.primary,
+                    part.deployment.policy_name)  # fmt: skip
     server: GatewayServer | None = None
 
     def on_fatal(message: str) -> None:
@@ -107,6 +112,6 @@ def run_gateway(
     server = GatewayServer(config, gw)
     server.run()
     stop_replicas(
-        gw.fleet.backend, wait_s=5.0
+        shared_backend(gw.fleet.backend), wait_s=5.0
     )  # after a second signal uvicorn skipped the app's shutdown; else a no-op
     return server.exit_code

@@ -26,7 +26,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -72,10 +72,21 @@ class Gateway:
     buffer_timeout_s: float = 60.0  # how long a request waits at the gateway for a replica
     shutdown_timeout_s: float = 30.0  # in-flight requests get this long after SIGTERM
     draining: bool = False  # SIGTERM: admitting nothing new; waiting requests get 503
+    # A fleet of models (tandem.gateway.models): each model's own Gateway, by the name clients send;
+    # empty for one model (this one serves every request). `model` is this one's name ("": the only one).
+    models: dict[str, Gateway] = field(default_factory=dict)
+    model: str = ""
 
     def begin_drain(self) -> None:
         self.draining = True
         self.fleet.notify()
+        for part in self.models.values():
+            if part is not self:
+                part.begin_drain()
+
+    def parts(self) -> list[Gateway]:
+        """Each model's Gateway (this one alone when it serves one model)."""
+        return list(self.models.values()) or [self]
 
 
 def build_gateway(
