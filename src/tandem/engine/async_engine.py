@@ -53,10 +53,13 @@ class AsyncEngine:
         *,
         group: str | None = None,
         tables: ProcessorTables | None = None,
+        continued: int = 0,
+        released: int = 0,
     ) -> AsyncIterator[RequestOutput]:
         """Yield incremental outputs until the request finishes. Bad prompts raise RequestError here.
         `group` and `tables`: as Engine.add_request's (build tables off the event loop, with
-        `engine.processor_tables`, and share them between a request's choices)."""
+        `engine.processor_tables`, and share them between a request's choices); `continued`, `released`:
+        a resumed stream's (Engine.add_request)."""
         if self._stopped.is_set():
             raise EngineStoppedError("the engine is stopped")
         params = params or SamplingParams()
@@ -68,7 +71,7 @@ class AsyncEngine:
             if request_id in self._streams:
                 raise RequestError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
-        self._commands.put(("add", request_id, ids, params, group, tables))
+        self._commands.put(("add", request_id, ids, params, group, tables, (continued, released)))
         finished = False
         try:
             while True:
@@ -111,9 +114,11 @@ class AsyncEngine:
 
     def _apply(self, command: tuple) -> None:
         if command[0] == "add":
-            _, request_id, ids, params, group, tables = command
+            _, request_id, ids, params, group, tables, (continued, released) = command
             try:
-                self.engine.add_request(ids, params, request_id, group=group, tables=tables)
+                self.engine.add_request(
+                    ids, params, request_id, group=group, tables=tables, continued=continued, released=released
+                )
             except RequestError as exc:
                 self._deliver(request_id, exc)
         elif command[0] == "abort":

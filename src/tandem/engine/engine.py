@@ -133,10 +133,15 @@ class Engine:
         *,
         group: str | None = None,
         tables: ProcessorTables | None = None,
+        continued: int = 0,
+        released: int = 0,
     ) -> str:
         """Queue a request. `group`: the API request it is a choice of (one request's choices share
         the KV slots fairly with others); `tables`: its precomputed processor tables
-        (`processor_tables(params)`, built now when not given)."""
+        (`processor_tables(params)`, built now when not given). `continued`: the prompt's last
+        `continued` ids are output another replica already generated (a resumed stream): their text
+        is decoded as the output's (stop strings and multi-byte characters across the break come out
+        as in one run), and its first `released` characters were already sent, so they are not again."""
         params = params or SamplingParams()
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
         if request_id in self._live:
@@ -147,11 +152,14 @@ class Engine:
             request_id=request_id,
             prompt_ids=ids,
             params=params,
-            detokenizer=IncrementalDetokenizer(self.model.tokenizer, ids),
+            detokenizer=IncrementalDetokenizer(self.model.tokenizer, ids[: len(ids) - continued]),
             eos_ids=self._eos,
             max_len=self.max_model_len,
             metrics=RequestMetrics(arrival_time=self.clock()),
         )
+        if continued:
+            seq.text = "".join(seq.detokenizer.push(t) for t in ids[len(ids) - continued :])
+            seq.released = min(released, len(seq.text))
         if tables is None and params.processes_logits:
             tables = self.processor_tables(params)
         seq.tables, seq.group = tables, group

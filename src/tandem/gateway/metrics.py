@@ -7,8 +7,10 @@
   (a stream's first event, or a whole non-streaming body);
 - `tandem:gateway_buffered_requests{variant}`: requests waiting at the gateway for a replica now;
 - `tandem:gateway_retries_total{variant}`: attempts re-run after failing on `variant`;
-- `tandem:gateway_stream_errors_total{variant}`: streams that broke after their first byte (they end
-  with an error event).
+- `tandem:gateway_stream_errors_total{variant}`: streams that broke after their first byte and
+  were not resumed (they end with an error event);
+- `tandem:gateway_resumes_total{variant,reason}`: streams that broke on `variant` (reason: the
+  failure kind, or `stream_idle`) and were resumed elsewhere (tandem.gateway.resume).
 
 Every label comes from a closed set: variants of the deployment (or `none`), and the status codes
 the gateway sends; no client-chosen text (a method, a path, a model name) ever becomes a label.
@@ -16,6 +18,7 @@ the gateway sends; no client-chosen text (a method, a path, a model name) ever b
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -67,6 +70,13 @@ class GatewayMetrics:
             ("variant",),
             registry=registry,
         )
+        self.resumes = Counter(
+            PREFIX + "resumes",
+            "Streams that broke mid-way on `variant` and were resumed elsewhere, by reason.",
+            ("variant", "reason"),
+            registry=registry,
+        )
+        self.resumed_off: Tally[str] = Tally()  # replica id -> streams resumed off it (admin's recent exits)
         self._buffered_written: set[tuple[str, ...]] = set()
 
     def first_byte(self, variant: str, seconds: float) -> None:

@@ -2,8 +2,9 @@
 
 - Non-streaming responses are buffered whole, so a failure is always retryable.
 - Streams: the replica's status and first chunk are read before the gateway commits its own 200;
-  a failure before that is retried, a failure after it ends the stream with an error event and
-  `data: [DONE]` (tandem.gateway.relay).
+  a failure before that is retried, a failure after it is resumed elsewhere from what the client
+  has (tandem.gateway.resume), or else ends the stream with an error event and `data: [DONE]`
+  (tandem.gateway.relay).
 - Deadlines (tandem.gateway.liveness): a stream's first chunk within `first_byte_timeout_s`; a
   non-streaming answer, or a GET /health from its replica every `first_byte_timeout_s` meanwhile.
   A replica that misses one and does not answer its health check (or makes progress on none of
@@ -44,6 +45,7 @@ from tandem.gateway.liveness import Probe, RequestTimeout, Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
 from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
 from tandem.gateway.relay import Relay, RelayResponse, failure_kind
+from tandem.gateway.resumer import TOKEN_IDS_HEADER, Resumer
 from tandem.gateway.upstream import Started
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
@@ -190,7 +192,7 @@ async def _serve(
         try:
             if stream:
                 upstream, started = await gw.upstream.start_stream(
-                    target.replica_id, target.url + path, body, sent, probe
+                    target.replica_id, target.url + path, body, {**sent, TOKEN_IDS_HEADER: "1"}, probe
                 )
                 if isinstance(started, Started):  # the first chunk came: commit our own 200 now
                     timing.first_byte(target.variant)
@@ -198,7 +200,7 @@ async def _serve(
                     seen.chunk(started.first, gw.clock())
                     relay = Relay(
                         gw, upstream, started.first, started.chunks, attempts, prompt_tokens, timing.finish, seen,
-                        probe,
+                        probe, Resumer(gw, path, payload, sent, route),
                     )  # fmt: skip
                     return RelayResponse(relay, upstream.status_code, _headers(upstream))
                 content, kind = started

@@ -35,6 +35,7 @@ class Upstream:
     first_byte_timeout_s: float = 30.0  # tandem.gateway.liveness
     stream_idle_timeout_s: float = 30.0
     health_timeout_s: float = 2.0  # a replica that missed a deadline must answer GET /health within this
+    max_resumes: int = 2  # a stream that breaks mid-way is resumed elsewhere at most this often (gateway.resumer)
     fleet_secret: str | None = field(default=None, repr=False)  # sent to replicas as their bearer token
     liveness: Liveness = field(default_factory=Liveness)
     client: httpx.AsyncClient | None = None

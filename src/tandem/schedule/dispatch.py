@@ -135,8 +135,10 @@ class Dispatcher:
         self.inflight.end(target.replica_id)
         self._record(target, Outcome.ABANDONED)
 
-    def failed(self, attempts: Sequence[Target], kind: FailureKind, first_byte_sent: bool) -> Decision:
-        """Account for the last attempt's failure and say what to do next."""
+    def failed(
+        self, attempts: Sequence[Target], kind: FailureKind, first_byte_sent: bool, resumable: bool = False
+    ) -> Decision:
+        """Account for the last attempt's failure and say what to do next (`resumable`: after_failure's)."""
         last = attempts[-1]
         self.inflight.end(last.replica_id)
         if kind is FailureKind.UNREACHABLE:
@@ -156,6 +158,7 @@ class Dispatcher:
             first_byte_sent,
             same_variant_left=left,
             fallback_available=fallback_ok,
+            resumable=resumable,
         )
         if isinstance(decision, Retry) and decision.is_fallback and self.metrics is not None:
             self.metrics.count_fallback(last.variant)

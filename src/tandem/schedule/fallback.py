@@ -1,8 +1,8 @@
 """Fallback: what the gateway does when an attempt to serve a request fails. Pure decision logic.
 
 The rule that matters: before the first byte reached the client, a failed request can be re-run
-(nothing was promised yet); after it, it cannot (the client already has part of an answer), so the
-stream ends with a clear error event instead.
+(nothing was promised yet); after it, it can only be resumed from what the client already has
+(tandem.gateway.resume), and where it cannot, the stream ends with a clear error event instead.
 
 - A client error (4xx: a bad request) is the client's: passed through, never retried.
 - The replica was unreachable or refused (connection error, 503 while draining, 429 queue full):
@@ -113,15 +113,18 @@ def after_failure(
     first_byte_sent: bool,
     same_variant_left: int,
     fallback_available: bool = True,
+    resumable: bool = False,
 ) -> Decision:
     """The next step after `attempts[-1]` failed with `kind`.
 
     `same_variant_left`: healthy replicas of the failed variant this request has not tried yet.
     `fallback_available`: the fallback variant has a replica that can take it now.
+    `resumable`: a stream past its first byte that the gateway can continue elsewhere from what it
+    relayed (tandem.gateway.resume): chosen like a request before its first byte.
     """
     last = attempts[-1]
     tried = frozenset(a.replica_id for a in attempts)
-    if first_byte_sent:
+    if first_byte_sent and not resumable:
         return ErrorEvent(f"the replica serving this request failed mid-stream ({kind})", f"replica_{kind}")
     if kind is FailureKind.CLIENT_ERROR:
         return PassThrough()

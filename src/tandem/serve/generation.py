@@ -64,6 +64,8 @@ class Generation:
             request_id=f"{self.request_id}-{choice.index}",
             group=self.request_id,  # the choices share the KV slots fairly with other requests
             tables=self.plan.tables,
+            # a resumed stream (tandem.serve.continuation)
+            **({"continued": self.plan.continued, "released": self.plan.released} if self.plan.continued else {}),
         )
         try:
             async with aclosing(stream) as outputs:
@@ -101,7 +103,7 @@ class Generation:
         async with aclosing(self.outputs()) as outputs:
             async for choice, out in outputs:
                 result = results[choice.index]
-                result.text, result.num_tokens = out.text, len(out.token_ids)
+                result.text, result.num_tokens = out.text, len(out.token_ids) + self.plan.continued
                 result.num_cached_tokens = out.num_cached_tokens
                 result.logprobs.extend(out.logprobs or ())
                 if out.prompt_logprobs is not None:

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from tandem.edge.bodies import ParsedBodyRoute
 from tandem.edge.errors import APIError, error_body
 from tandem.edge.keep_track import COMPLETIONS, KEPT_TRACK_HEADER, keeps_track
+from tandem.edge.resume_wire import TOKEN_IDS_HEADER, ids_comment
 from tandem.engine.async_engine import EngineStoppedError
 from tandem.engine.outputs import RequestOutput
 from tandem.serve import responses as R
@@ -66,7 +67,8 @@ def _stream_error(exc: Exception) -> bytes:
 
 def _choice_usage(plan: Plan, choice, out) -> dict:
     """stream_options.continuous_usage_stats: one choice's usage so far, on each of its chunks (vLLM's)."""
-    return R.usage(len(plan.prompts[choice.prompt_index]), len(out.token_ids), out.num_cached_tokens)
+    prompt, generated = len(plan.prompts[choice.prompt_index]) - plan.continued, len(out.token_ids) + plan.continued
+    return R.usage(prompt, generated, out.num_cached_tokens)
 
 
 def _computing_top1(plan: Plan) -> Plan:
@@ -88,9 +90,11 @@ async def _events(
     chunk_of: ChunkOf,
     usage: Callable[[dict], dict],
     first: tuple[dict, ...] = (),
+    ids: bool = False,
 ) -> AsyncIterator[bytes]:
     """One answer's server-sent events: `first`, then `chunk_of` each output, then usage if asked, then [DONE].
     With stream_options.continuous_usage_stats every event of a choice carries its usage so far (vLLM's).
+    With `ids` (the gateway asked: tandem.edge.resume_wire) a comment names each output's new token ids.
     An error mid-stream is an error event (and [DONE]), never a cut connection."""
     plan = gen.plan
     tokens = {c.index: 0 for c in plan.choices}
@@ -103,6 +107,8 @@ async def _events(
             async for choice, out in outputs:
                 tokens[choice.index] = len(out.token_ids)
                 cached[choice.index] = out.num_cached_tokens
+                if ids and out.new_token_ids:
+                    yield ids_comment(choice.index, out.new_token_ids)
                 for chunk in chunk_of(choice, out):
                     if continuous:
                         chunk["usage"] = _choice_usage(plan, choice, out)
@@ -111,12 +117,13 @@ async def _events(
         yield _stream_error(exc)
     else:
         if body.stream_options and body.stream_options.include_usage:
-            yield sse(usage(R.usage(plan.num_prompt_tokens, sum(tokens.values()), cached_prompt_tokens(plan, cached))))
+            generated = sum(tokens.values()) + plan.continued
+            yield sse(usage(R.usage(plan.num_prompt_tokens, generated, cached_prompt_tokens(plan, cached))))
     yield SSE_DONE
 
 
 def _completion_events(
-    gen: Generation, body: CompletionRequest, created: int, rid: str, keep: Keep | None = None
+    gen: Generation, body: CompletionRequest, created: int, rid: str, keep: Keep | None = None, ids: bool = False
 ) -> AsyncIterator[bytes]:
     served, plan = gen.served, gen.plan
     sends_logprobs = body.logprobs is not None  # a kept track's logprobs are computed, never sent
@@ -145,10 +152,13 @@ def _completion_events(
         finish = out.finish_reason if out.finished else None
         return [R.completion_chunk(rid, created, served.name, choice.index, text, finish, logprobs, out.stop_reason)]
 
-    return _events(gen, body, chunk_of, lambda use: R.usage_chunk(rid, "text_completion", created, served.name, use))
+    usage = lambda use: R.usage_chunk(rid, "text_completion", created, served.name, use)
+    return _events(gen, body, chunk_of, usage, ids=ids)
 
 
-def _chat_events(gen: Generation, body: ChatCompletionRequest, created: int, rid: str) -> AsyncIterator[bytes]:
+def _chat_events(
+    gen: Generation, body: ChatCompletionRequest, created: int, rid: str, ids: bool = False
+) -> AsyncIterator[bytes]:
     served, plan = gen.served, gen.plan
     calls = {c.index: ToolCallStream(plan.tools) for c in plan.choices} if plan.tools is not None else None
 
@@ -174,11 +184,11 @@ def _chat_events(gen: Generation, body: ChatCompletionRequest, created: int, rid
         finish = out.finish_reason if out.finished else None
         return [R.chat_chunk(rid, created, served.name, choice.index, delta, finish, logprobs, out.stop_reason)]
 
-    # The role first, as OpenAI does; clients get their first byte at once.
+    # The role first, as OpenAI does; clients get their first byte at once (a continuation's client has it).
     role = {"role": "assistant", "content": ""}
     first = tuple(R.chat_chunk(rid, created, served.name, c.index, role, None, None) for c in gen.plan.choices)
     usage = lambda use: R.usage_chunk(rid, "chat.completion.chunk", created, served.name, use)
-    return _events(gen, body, chunk_of, usage, first)
+    return _events(gen, body, chunk_of, usage, () if plan.continued else first, ids)
 
 
 async def _collect(gen: Generation, lease: Lease, request: Request) -> list[ChoiceResult]:
@@ -242,7 +252,7 @@ def build_router(state: ServerState) -> APIRouter:
 
         gen, lease = start(plan, rid)
         if body.stream:
-            events = _completion_events(gen, body, created, rid, keep)
+            events = _completion_events(gen, body, created, rid, keep, request.headers.get(TOKEN_IDS_HEADER) == "1")
             return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL, headers=said)
         try:
             results = await _collect(gen, lease, request)
@@ -272,7 +282,7 @@ def build_router(state: ServerState) -> APIRouter:
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(state.wall_clock())
         gen, lease = start(plan, rid)
         if body.stream:
-            events = _chat_events(gen, body, created, rid)
+            events = _chat_events(gen, body, created, rid, request.headers.get(TOKEN_IDS_HEADER) == "1")
             return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL)
         try:
             results = await _collect(gen, lease, request)

@@ -16,6 +16,7 @@ from tandem.edge.errors import APIError
 from tandem.engine import GrammarSpec, PromptTooLongError, RequestError, SamplingParams
 from tandem.model import ChatTemplateError
 from tandem.serve.bounds import check_messages, check_prompt_text, check_sequences, check_stop_token_ids
+from tandem.serve.continuation import check_continuable, continued_ids, continued_max_tokens, continued_params
 from tandem.serve.parameters import CHAT_NO_OPS, COMPLETION_NO_OPS, refuse_unimplemented
 from tandem.serve.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from tandem.serve.structured import check_grammar, requested_grammar
@@ -75,10 +76,14 @@ class Plan:
     tools: ToolPlan | None = None  # chat with tool_choice other than "none": the output is read as tool calls
     # The choices' logits-processor tables, built once here (off the event loop) and shared by them all
     tables: Any = None
+    # A resumed stream (tandem.serve.continuation): the prompt's last `continued` ids are output
+    # generated elsewhere, of whose text the client has `released` characters.
+    continued: int = 0
+    released: int = 0
 
     @property
     def num_prompt_tokens(self) -> int:
-        return sum(len(p) for p in self.prompts)
+        return sum(len(p) for p in self.prompts) - self.continued
 
 
 def check_model_name(requested: str, served: str) -> None:
@@ -261,21 +266,28 @@ def plan_completion(
                 prompt, "prompt" if isinstance(req.prompt, str) else f"prompt[{p_index}]", limits.max_model_len
             )
     grammar = _grammar(requested_grammar(req), limits)
+    generated = check_continuable(req, grammar, None)
     # echo with logprobs scores the prompt too (teacher forcing, as OpenAI's legacy API and vLLM).
     prompt_logprobs = req.logprobs if req.echo else None
     choices, all_ids, texts = [], [], []
     for p_index, prompt in enumerate(prompts):
         ids = limits.encode(prompt, req.add_special_tokens) if isinstance(prompt, str) else list(prompt)
         ids = _check_prompt(limits, ids, "prompt")
-        all_ids.append(ids)
         if req.echo:
             texts.append(prompt if isinstance(prompt, str) else _decode(limits, ids))
         default = limits.sampling_defaults.get("max_tokens", COMPLETION_DEFAULT_MAX_TOKENS)
         max_tokens = _max_tokens(limits, req.max_tokens, len(ids), default, "max_tokens", "prompt")
+        if generated:
+            max_tokens = continued_max_tokens(max_tokens, generated)
+            ids = _check_prompt(limits, continued_ids(req, ids), "tandem_continue")
+        all_ids.append(ids)
         for j in range(req.n):
             params = _sampling_params(req, limits, max_tokens, j, req.logprobs, prompt_logprobs, grammar)
-            choices.append(Choice(p_index * req.n + j, p_index, params))
-    return Plan(all_ids, choices, echo=req.echo, prompt_texts=tuple(texts), tables=_tables(limits, choices))
+            choices.append(Choice(p_index * req.n + j, p_index, continued_params(params, generated)))
+    return Plan(
+        all_ids, choices, echo=req.echo, prompt_texts=tuple(texts), tables=_tables(limits, choices),
+        continued=generated, released=req.tandem_continue.text_sent if generated else 0,
+    )  # fmt: skip
 
 
 def _grammar(requested: tuple[str, GrammarSpec] | None, limits: ModelLimits) -> GrammarSpec | None:
@@ -311,16 +323,24 @@ def plan_chat(
             code="invalid_value",
         )
     grammar = _grammar(tool_grammar or requested, limits)
+    generated = check_continuable(req, grammar, tools)
     prompt_ids = chat_prompt_ids(limits, req.messages, req.add_special_tokens, req.tools)
     ids = _check_prompt(limits, prompt_ids, "messages")
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = _max_tokens(limits, requested, len(ids), limits.sampling_defaults.get("max_tokens"), param, "messages")
+    if generated:
+        max_tokens = continued_max_tokens(max_tokens, generated)
+        ids = _check_prompt(limits, continued_ids(req, ids), "tandem_continue")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     choices = [
-        Choice(j, 0, _sampling_params(req, limits, max_tokens, j, logprobs, None, grammar)) for j in range(req.n)
+        Choice(j, 0, continued_params(_sampling_params(req, limits, max_tokens, j, logprobs, None, grammar), generated))
+        for j in range(req.n)
     ]
-    return Plan([ids], choices, tools=tools, tables=_tables(limits, choices))
+    return Plan(
+        [ids], choices, tools=tools, tables=_tables(limits, choices), continued=generated,
+        released=req.tandem_continue.text_sent if generated else 0,
+    )  # fmt: skip
 
 
 def _message(m: ChatMessage, limits: ModelLimits) -> dict[str, Any]:

@@ -96,6 +96,15 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+class TandemContinue(BaseModel):
+    """A resumed stream's continuation (tandem.edge.resume_wire): output ids already generated elsewhere,
+    and how many characters of their text the client already has."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    token_ids: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    text_sent: int = Field(0, ge=0)
+
+
 class _SamplingFields(BaseModel):
     """Fields both endpoints share."""
 
@@ -135,6 +144,7 @@ class _SamplingFields(BaseModel):
     guided_grammar: str | None = None
     guided_decoding_backend: str | None = None
     guided_whitespace_pattern: str | None = None
+    tandem_continue: TandemContinue | None = None  # a resumed stream (tandem.serve.continuation)
 
     @field_validator("stop", mode="wrap")
     @classmethod
