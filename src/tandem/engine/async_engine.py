@@ -53,6 +53,7 @@ class AsyncEngine:
         *,
         group: str | None = None,
         tables: ProcessorTables | None = None,
+        priority: int = 0,
     ) -> AsyncIterator[RequestOutput]:
         """Yield incremental outputs until the request finishes. Bad prompts raise RequestError here.
         `group` and `tables`: as Engine.add_request's (build tables off the event loop, with
@@ -68,7 +69,7 @@ class AsyncEngine:
             if request_id in self._streams:
                 raise RequestError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
-        self._commands.put(("add", request_id, ids, params, group, tables))
+        self._commands.put(("add", request_id, ids, params, group, tables, priority))
         finished = False
         try:
             while True:
@@ -111,9 +112,9 @@ class AsyncEngine:
 
     def _apply(self, command: tuple) -> None:
         if command[0] == "add":
-            _, request_id, ids, params, group, tables = command
+            _, request_id, ids, params, group, tables, priority = command
             try:
-                self.engine.add_request(ids, params, request_id, group=group, tables=tables)
+                self.engine.add_request(ids, params, request_id, group=group, tables=tables, priority=priority)
             except RequestError as exc:
                 self._deliver(request_id, exc)
         elif command[0] == "abort":

@@ -133,6 +133,7 @@ class Engine:
         *,
         group: str | None = None,
         tables: ProcessorTables | None = None,
+        priority: int = 0,
     ) -> str:
         """Queue a request. `group`: the API request it is a choice of (one request's choices share
         the KV slots fairly with others); `tables`: its precomputed processor tables
@@ -154,7 +155,7 @@ class Engine:
         )
         if tables is None and params.processes_logits:
             tables = self.processor_tables(params)
-        seq.tables, seq.group = tables, group
+        seq.tables, seq.group, seq.priority = tables, group, priority
         if params.grammar is not None:
             seq.grammar = self.grammar_state(params.grammar)
         if not params.greedy:

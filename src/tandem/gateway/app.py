@@ -33,6 +33,7 @@ from tandem.edge.prometheus import metrics_response
 from tandem.gateway.admin import build_admin_router
 from tandem.gateway.loads import poll_loads
 from tandem.gateway.proxy import proxy, proxy_get
+from tandem.gateway.tenant_app import install_tenancy, install_tenant_auth, tenancy_loop
 from tandem.gateway.wiring import Gateway
 
 __all__ = ["control_loop", "create_gateway_app", "stop_replicas"]
@@ -123,15 +124,18 @@ def create_gateway_app(
             gw.shadow.start(client)
         stop = asyncio.Event()
         task = asyncio.create_task(control_loop(gw, stop, on_fatal or (lambda message: None)))
+        tenancy = asyncio.create_task(tenancy_loop(gw, stop))  # replica time per tenant; the ledger flushed
         try:
             yield
         except asyncio.CancelledError:
             # uvicorn skipped the shutdown (a second signal) and is tearing the loop down: no traceback;
             # whoever runs the server stops the replicas (run_gateway does).
             task.cancel()
+            tenancy.cancel()
             return
         stop.set()
         await task
+        await tenancy
         if gw.shadow is not None:
             await gw.shadow.aclose()
         await asyncio.to_thread(stop_replicas, gw.fleet.backend)
@@ -197,8 +201,12 @@ def create_gateway_app(
 
     install_openapi(app, GATEWAY_OPERATIONS)
     # Starlette runs the last-added middleware first: header size, the path, auth, the body checks, the routes.
+    if gw.tenancy is not None:  # the tenants' limits see the parsed body (tandem.gateway.tenant_edge)
+        install_tenancy(app, gw)
     app.add_middleware(RequestBodyMiddleware, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
-    if api_key:
+    if gw.tenancy is not None:  # keys -> tenants (an --api-key is the anonymous tenant's)
+        install_tenant_auth(app, gw)
+    elif api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key, protected=("/v1", "/admin", "/tokenize", "/detokenize"))
     app.add_middleware(CanonicalPathMiddleware)
     app.add_middleware(HeaderLimitMiddleware, max_header_bytes=max_header_bytes)
