@@ -68,3 +68,42 @@ def test_replica_time_is_split_by_tokens_and_idle_time_is_billed_apart():
     assert records["a"].dollars == pytest.approx(1.5 * 3.6 / 3600)
     (idle,) = time_of.settle(3.0, {"http://r1": fast})
     assert idle.tenant == IDLE and idle.replica_seconds == 1.0
+
+
+CHILD = """
+import sys, time
+from tandem.gateway.ledger import Ledger, UsageRecord
+ledger = Ledger(sys.argv[1])
+n = 0
+while True:
+    ledger.record(UsageRecord(time.time(), "a", "m", "v", 200, 1, 1, 1))
+    n += 1
+    print(n, flush=True)
+    time.sleep(0.005)
+"""
+
+
+def test_a_process_killed_with_sigkill_loses_at_most_the_last_second(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path / "usage.db")], stdout=subprocess.PIPE, text=True, env=env
+    )
+    seen = [(time.monotonic(), int(child.stdout.readline()))]  # (when, how many recorded by then), once it runs
+    started = time.monotonic()
+    while time.monotonic() - started < 3.0:
+        line = child.stdout.readline()
+        if line:
+            seen.append((time.monotonic(), int(line)))
+    os.kill(child.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    child.wait(10)
+    ledger = Ledger(tmp_path / "usage.db")
+    stored = sum(r["requests"] for r in ledger.query())
+    ledger.close()
+    a_second_before = max(n for at, n in seen if at <= killed - 1.0)
+    assert a_second_before <= stored <= seen[-1][1] + 1, (a_second_before, stored, seen[-1])

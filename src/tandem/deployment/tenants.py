@@ -10,7 +10,7 @@ budget and models. YAML checked by pydantic here at the file edge; frozen datacl
         budget: {tokens_per_day: 5000000}   # and/or dollars_per_day
         models: [tandem-code-target]        # optional allow-list of the request's `model`
         admin: false                        # may call /admin
-    fairness: {max_inflight_per_replica: 8, prompt_weight: 1, output_weight: 2}
+    fairness: {max_inflight_per_replica: 8, reserved_per_replica: 1, prompt_weight: 1, output_weight: 2}
 
 A key is never stored: `sha256:HEX` is the hash of the key a client sends as its bearer token;
 `env:VAR` names an environment variable holding the key itself (hashed at load, never kept). A
@@ -105,6 +105,7 @@ class Fairness:
     max_inflight_per_replica: int | None = None  # None: the primary's Profile.max_slots, else no gateway queue
     prompt_weight: float = 1.0  # VTC's w_p: service counted per prompt token
     output_weight: float = 2.0  # VTC's w_q: per output token
+    reserved_per_replica: int = 1  # slots of a replica only the top priority class may take (replicas never preempt)
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ class _FairnessFile(_Strict):
     max_inflight_per_replica: int | None = Field(None, ge=1)
     prompt_weight: float = Field(1.0, ge=0)
     output_weight: float = Field(2.0, ge=0)
+    reserved_per_replica: int = Field(1, ge=0)
 
 
 class _TenantsFile(_Strict):

@@ -3,7 +3,10 @@ each tenant's virtual token counter: tandem.gateway.fair_queue) and take a repli
 
 A replica is "full" at `max_inflight_per_replica` requests outstanding (the dispatcher's router is
 wrapped in tandem.schedule.routers.AdmissionCap), so the replica's own queue stays short and the
-order that matters is decided here, where every tenant's request is seen. A request that finds
+order that matters is decided here, where every tenant's request is seen. Requests below the top
+priority class may fill a replica only up to `reserved_per_replica` fewer (`placing` tells the cap
+whose request is being placed): a replica never preempts, so without that headroom an interactive
+request would wait for a long batch request to finish. A request that finds
 room and nobody waiting ahead of it goes at once. Waiting ones are granted in order whenever a
 request ends (the dispatcher's `on_release`), and at least every `_WAKE_S` (a replica became
 ready); past the deadline (`--queue-timeout`) the caller answers 503 as before. A client that
@@ -28,6 +31,14 @@ class FairAdmission:
     def __init__(self, queue: FairQueue, dispatcher: Dispatcher, clock: Callable[[], float]) -> None:
         self.queue, self.dispatcher, self.clock = queue, dispatcher, clock
         self._scheduled = False
+        self.placing: int | None = None  # the priority of the request being placed now (the cap reads it)
+
+    def _pick(self, route: RouteRequest, priority: int) -> Target | None:
+        self.placing = priority
+        try:
+            return self.dispatcher.pick(route)
+        finally:
+            self.placing = None
 
     def release_soon(self) -> None:
         """A request ended: grant waiting ones after the current step (a retry picks first)."""
@@ -51,7 +62,7 @@ class FairAdmission:
             if future.done():  # its waiter left
                 self.queue.remove(ticket)
                 continue
-            target = self.dispatcher.pick(ticket.payload[1])
+            target = self._pick(ticket.payload[1], ticket.priority)
             if target is None:
                 return
             self.queue.pop()
@@ -63,7 +74,7 @@ class FairAdmission:
     ) -> Target | None:  # fmt: skip
         """A replica for this request, in its turn; None after `timeout_s` or once draining."""
         if not len(self.queue):
-            target = self.dispatcher.pick(route)
+            target = self._pick(route, priority)
             if target is not None:
                 self.queue.charge(tenant, prompt_tokens=prompt_tokens, weight=weight)
                 return target

@@ -62,12 +62,19 @@ def enable_tenancy(
     """Give `gw` its tenants: limits, the fair queue (when replicas are capped), usage into `ledger`."""
     cap = [_cap(gw, tenants)]
     admission = None
-    if cap[0] is not None or tenants.fairness.max_inflight_per_replica is not None:
-        gw.dispatcher.router = AdmissionCap(gw.dispatcher.router, lambda: cap[0])
+    tenancy = Tenancy(tenants, ledger, Limiter(wall), None, path)
+    if cap[0] is not None:
         queue = FairQueue(tenants.fairness.prompt_weight, tenants.fairness.output_weight)
-        admission = FairAdmission(queue, gw.dispatcher, gw.clock)
+        admission = tenancy.admission = FairAdmission(queue, gw.dispatcher, gw.clock)
+
+        def limit() -> int | None:
+            top = max(t.priority for t in tenancy.tenants.tenants)
+            if cap[0] is None or admission.placing is None or admission.placing >= top:
+                return cap[0]
+            return max(1, cap[0] - tenancy.tenants.fairness.reserved_per_replica)
+
+        gw.dispatcher.router = AdmissionCap(gw.dispatcher.router, limit)
         gw.dispatcher.on_release = admission.release_soon
-    tenancy = Tenancy(tenants, ledger, Limiter(wall), admission, path)
 
     def refair(new: Tenants) -> None:
         if admission is not None:
