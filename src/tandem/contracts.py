@@ -18,6 +18,7 @@ from typing import Any
 
 __all__ = [
     "KV_EVENTS_PATH",
+    "PRIORITY_HEADER",
     "PROFILE_SOURCES",
     "KVEvents",
     "Profile",
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 PROFILE_SOURCES = ("measured", "imported", "projected")
+# gateway -> replica: the request's priority in vLLM's sense (an integer, lower admitted first), from its tenant
+PRIORITY_HEADER = "x-tandem-priority"
 
 
 @dataclass(frozen=True)

@@ -168,3 +168,19 @@ def test_the_share_must_be_a_fraction():
     for share in (0.0, 1.5):
         with pytest.raises(ValueError, match="max_group_share"):
             Batcher(num_slots=4, max_prefill_tokens=100, max_group_share=share)
+
+
+def test_waiting_requests_are_admitted_by_priority_lowest_first_then_in_arrival_order():
+    b = Batcher(num_slots=1, max_prefill_tokens=64)
+    for rid, priority in [("late-batch", 1), ("first", 0), ("urgent", -1), ("second", 0)]:
+        s = seq(rid)
+        s.priority = priority
+        b.add(s)
+    admitted = []
+    while b.has_unfinished():
+        plan = b.schedule()
+        for s, _ in plan.prefill:
+            admitted.append(s.request_id)
+            s.finish("stop")
+        b.release_finished()
+    assert admitted == ["urgent", "first", "second", "late-batch"]

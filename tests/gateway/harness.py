@@ -64,10 +64,11 @@ class RunningGateway:
     def __init__(
         self, raw: dict[str, Any], log_dir: Path, transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None, backend: Backend | None = None, fleet_secret: str | None = None,
-        **gateway: Any,
+        prepare: Callable[[Gateway], None] | None = None, **gateway: Any,
     ) -> None:  # fmt: skip
         """`gateway`: more build_gateway arguments (first_byte_timeout_s=...). A given `backend` hands
-        its replicas `fleet_secret` (FLEET_SECRET_ENV) itself."""
+        its replicas `fleet_secret` (FLEET_SECRET_ENV) itself. `prepare(gw)` runs before the app is made
+        (tenancy: tandem.gateway.tenant_app.enable_tenancy)."""
         # As `tandem serve` does: replicas answer only this gateway.
         self.fleet_secret = fleet_secret or new_fleet_secret()
         if backend is None:
@@ -79,6 +80,8 @@ class RunningGateway:
             parse_deployment(raw), backend, transport=transport, buffer_timeout_s=90.0, read_timeout_s=60.0,
             fleet_secret=self.fleet_secret, **gateway,
         )  # fmt: skip
+        if prepare is not None:
+            prepare(self.gw)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(

@@ -140,6 +140,8 @@ class Settings(BaseModel):
     ray_address: str | None = Field(None, min_length=1)  # implies the ray backend; default: as ray.init finds one
     shadow: str | None = Field(None, min_length=1)  # a candidate recipe on shadow traffic, judged by the gate
     shadow_fraction: float | None = Field(None, gt=0, le=1)  # share of requests mirrored to it (default: 0.2)
+    tenants: str | None = Field(None, min_length=1)  # the tenants file (tandem.deployment.tenants); reloaded on SIGHUP
+    usage_db: str | None = Field(None, min_length=1)  # the usage ledger: a SQLite file or postgresql://...
 
     @field_validator("regions", mode="before")
     @classmethod

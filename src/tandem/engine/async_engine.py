@@ -55,6 +55,7 @@ class AsyncEngine:
         tables: ProcessorTables | None = None,
         continued: int = 0,
         released: int = 0,
+        priority: int = 0,
     ) -> AsyncIterator[RequestOutput]:
         """Yield incremental outputs until the request finishes. Bad prompts raise RequestError here.
         `group` and `tables`: as Engine.add_request's (build tables off the event loop, with
@@ -71,7 +72,7 @@ class AsyncEngine:
             if request_id in self._streams:
                 raise RequestError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
-        self._commands.put(("add", request_id, ids, params, group, tables, (continued, released)))
+        self._commands.put(("add", request_id, ids, params, group, tables, (continued, released), priority))
         finished = False
         try:
             while True:
@@ -114,10 +115,11 @@ class AsyncEngine:
 
     def _apply(self, command: tuple) -> None:
         if command[0] == "add":
-            _, request_id, ids, params, group, tables, (continued, released) = command
+            _, request_id, ids, params, group, tables, (continued, released), priority = command
             try:
                 self.engine.add_request(
-                    ids, params, request_id, group=group, tables=tables, continued=continued, released=released
+                    ids, params, request_id, group=group, tables=tables, continued=continued, released=released,
+                    priority=priority,
                 )
             except RequestError as exc:
                 self._deliver(request_id, exc)

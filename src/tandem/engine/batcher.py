@@ -1,7 +1,8 @@
 """Batcher: iteration-level continuous batching over preallocated KV slots. No torch.
 
-Each step, waiting requests are admitted in arrival order while a slot is free (first come, first
-served), prompts are prefilled in chunks under a token budget, and every sequence past prefill
+Each step, waiting requests are admitted in order of their `priority` (vLLM's: lower first; 0 by
+default), then of arrival, while a slot is free (no preemption: a running sequence keeps its
+slot); prompts are prefilled in chunks under a token budget, and every sequence past prefill
 decodes one token. One fairness rule bends the order: the choices of one API request (a `group`:
 n choices, or a list of prompts) are one request, and when several wait, they take the free slots
 in turns, the one holding the fewest first (a request past `max_group_share` of the slots after all
@@ -73,7 +74,12 @@ class Batcher:
         return self.prefix_cache.num_free_slots
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        """Queue `seq` behind every waiting sequence of its priority or a lower value (vLLM's: lower first)."""
+        if not self.waiting or self.waiting[-1].priority <= seq.priority:
+            self.waiting.append(seq)
+            return
+        at = next(i for i, s in enumerate(self.waiting) if s.priority > seq.priority)
+        self.waiting.insert(at, seq)
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
@@ -115,7 +121,7 @@ class Batcher:
         rank = {key: i for i, key in enumerate(queues)}
         chosen: list[Sequence] = []
         while len(chosen) < free and queues:
-            key = min(queues, key=lambda k: (held[k] >= self.group_slots, held[k], rank[k]))
+            key = min(queues, key=lambda k: (queues[k][0].priority, held[k] >= self.group_slots, held[k], rank[k]))
             chosen.append(queues[key].popleft())
             held[key] += 1
             if not queues[key]:

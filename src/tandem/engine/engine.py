@@ -135,6 +135,7 @@ class Engine:
         tables: ProcessorTables | None = None,
         continued: int = 0,
         released: int = 0,
+        priority: int = 0,
     ) -> str:
         """Queue a request. `group`: the API request it is a choice of (one request's choices share
         the KV slots fairly with others); `tables`: its precomputed processor tables
@@ -162,7 +163,7 @@ class Engine:
             seq.released = min(released, len(seq.text))
         if tables is None and params.processes_logits:
             tables = self.processor_tables(params)
-        seq.tables, seq.group = tables, group
+        seq.tables, seq.group, seq.priority = tables, group, priority
         if params.grammar is not None:
             seq.grammar = self.grammar_state(params.grammar)
         if not params.greedy:

@@ -65,6 +65,7 @@ class Sequence:
     # shared by its choices); None: built on first use
     tables: Any = None
     group: str | None = None  # the API request this sequence is a choice of (the Batcher's fair share)
+    priority: int = 0  # vLLM's: waiting sequences are admitted lowest first, then in arrival order
     stop_ids: frozenset[int] = field(init=False)  # params.stop_token_ids as a set: one lookup per token
 
     def __post_init__(self) -> None:

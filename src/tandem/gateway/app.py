@@ -36,6 +36,7 @@ from tandem.gateway.model_backend import shared_backend
 from tandem.gateway.models import all_ready, model_cards, requested_model, route, warmest
 from tandem.gateway.models_admin import build_models_admin_router
 from tandem.gateway.proxy import proxy, proxy_get
+from tandem.gateway.tenant_app import install_tenancy, install_tenant_auth, tenancy_loop
 from tandem.gateway.wiring import Gateway
 
 __all__ = ["control_loop", "create_gateway_app", "stop_replicas"]
@@ -142,15 +143,18 @@ def create_gateway_app(
                 part.shadow.start(client)
         stop = asyncio.Event()
         task = asyncio.create_task(control_loop(gw, stop, on_fatal or (lambda message: None)))
+        tenancy = asyncio.create_task(tenancy_loop(gw, stop))  # replica time per tenant; the ledger flushed
         try:
             yield
         except asyncio.CancelledError:
             # uvicorn skipped the shutdown (a second signal) and is tearing the loop down: no traceback;
             # whoever runs the server stops the replicas (run_gateway does).
             task.cancel()
+            tenancy.cancel()
             return
         stop.set()
         await task
+        await tenancy
         for part in gw.parts():
             if part.shadow is not None:
                 await part.shadow.aclose()
@@ -227,8 +231,12 @@ def create_gateway_app(
 
     install_openapi(app, GATEWAY_OPERATIONS)
     # Starlette runs the last-added middleware first: header size, the path, auth, the body checks, the routes.
+    if gw.tenancy is not None:  # the tenants' limits see the parsed body (tandem.gateway.tenant_edge)
+        install_tenancy(app, gw)
     app.add_middleware(RequestBodyMiddleware, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
-    if api_key:
+    if gw.tenancy is not None:  # keys -> tenants (an --api-key is the anonymous tenant's)
+        install_tenant_auth(app, gw)
+    elif api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key, protected=("/v1", "/admin", "/tokenize", "/detokenize"))
     app.add_middleware(CanonicalPathMiddleware)
     app.add_middleware(HeaderLimitMiddleware, max_header_bytes=max_header_bytes)

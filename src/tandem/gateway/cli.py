@@ -18,6 +18,7 @@ from tandem.edge.redact import redact_secrets_in_logs
 from tandem.edge.settings import Settings
 from tandem.gateway.models import build_fleet_gateway
 from tandem.gateway.run import run_gateway
+from tandem.gateway.tenant_cli import tenancy_from_settings
 from tandem.gateway.wiring import default_log_dir, new_fleet_secret
 from tandem.schedule.profiles import ProfileError, cached_profile
 
@@ -48,4 +49,5 @@ def serve_gateway(settings: Settings) -> int:
         fleet_secret=secret,
         gate_log_dir=log_dir,
     )
+    tenancy_from_settings(gw, settings)  # keys -> tenants, limits, fair queue, usage ledger
     return run_gateway(gw, settings, log_dir=str(log_dir), backend=where)

@@ -89,6 +89,20 @@ _OPTIONS = [
         help="Gateway: share of requests mirrored to the --shadow candidate.  [default: 0.2]",
     ),
     click.option(
+        "--tenants",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Gateway: tenants file (YAML: keys, priority, limits, budgets, models); reloaded on SIGHUP and "
+        "POST /admin/tenants/reload.  [default: one anonymous tenant, holding --api-key]",
+    ),
+    click.option(
+        "--usage-db",
+        default=None,
+        metavar="PATH|URL",
+        help="Gateway: the usage ledger, a SQLite file or postgresql://user@host/db.  [default: "
+        "~/.cache/tandem/usage.db]",
+    ),
+    click.option(
         "--print-deployment-schema",
         is_flag=True,
         expose_value=False,

@@ -46,6 +46,7 @@ from tandem.gateway.metrics import NO_VARIANT
 from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
 from tandem.gateway.relay import Relay, RelayResponse, failure_kind
 from tandem.gateway.resumer import TOKEN_IDS_HEADER, Resumer
+from tandem.gateway.tenant_app import fair_acquire
 from tandem.gateway.upstream import Started
 from tandem.gateway.wiring import Gateway
 from tandem.schedule.dispatch import Target
@@ -173,7 +174,8 @@ async def _serve(
     prompt_tokens = len(prompt) // 4  # a rough estimate for streams (their usage is not always sent)
     headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
     route = RouteRequest(region=request.headers.get(REGION_HEADER), prefix=prompt)
-    target = await _acquire(gw, route)
+    fair = gw.tenancy is not None and gw.tenancy.admission is not None  # the tenants' queue (tandem.gateway.admission)
+    target = await (fair_acquire(gw, route, request.scope) if fair else _acquire(gw, route))
     if target is None:
         if gw.draining:
             return error_response(503, "the gateway is shutting down and accepts no new requests", "shutting_down")

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -48,6 +49,9 @@ from tandem.schedule.dispatch import Dispatcher
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.profiles import cache_dir, cached_profile
 from tandem.schedule.traffic import DemandMeter, InFlight
+
+if TYPE_CHECKING:
+    from tandem.gateway.tenancy import Tenancy
 
 __all__ = ["FLEET_SECRET_ENV", "Gateway", "PendingUse", "build_gateway", "default_log_dir", "new_fleet_secret"]
 
@@ -76,6 +80,7 @@ class Gateway:
     # empty for one model (this one serves every request). `model` is this one's name ("": the only one).
     models: dict[str, Gateway] = field(default_factory=dict)
     model: str = ""
+    tenancy: Tenancy | None = None  # tenants, limits, fair queue, usage (tandem.gateway.tenant_app.enable_tenancy)
 
     def begin_drain(self) -> None:
         self.draining = True

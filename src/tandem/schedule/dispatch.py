@@ -67,6 +67,7 @@ class Dispatcher:
         self.metrics = metrics
         self.rng = rng or random.Random()
         self.clock = clock
+        self.on_release: Callable[[], None] | None = None  # a request left its replica (a queue's turn)
 
     # --- choosing ------------------------------------------------------------------------------
     def loads(self, variant: str | None = None) -> list[ReplicaLoad]:
@@ -127,12 +128,12 @@ class Dispatcher:
 
     # --- outcomes ------------------------------------------------------------------------------
     def succeeded(self, target: Target, prompt_tokens: int = 0, output_tokens: int = 0) -> None:
-        self.inflight.end(target.replica_id)
+        self._end(target)
         self._record(target, Outcome.SUCCESS)
         self.demand.record(target.variant, self.clock(), prompt_tokens, output_tokens)
 
     def abandoned(self, target: Target) -> None:
-        self.inflight.end(target.replica_id)
+        self._end(target)
         self._record(target, Outcome.ABANDONED)
 
     def failed(
@@ -140,7 +141,7 @@ class Dispatcher:
     ) -> Decision:
         """Account for the last attempt's failure and say what to do next (`resumable`: after_failure's)."""
         last = attempts[-1]
-        self.inflight.end(last.replica_id)
+        self._end(last)
         if kind is FailureKind.UNREACHABLE:
             self.inflight.mark_unreachable(last.replica_id)  # skipped a few seconds; the controller probes it
         outcome = breaker_outcome(kind)
@@ -163,6 +164,11 @@ class Dispatcher:
         if isinstance(decision, Retry) and decision.is_fallback and self.metrics is not None:
             self.metrics.count_fallback(last.variant)
         return decision
+
+    def _end(self, target: Target) -> None:
+        self.inflight.end(target.replica_id)
+        if self.on_release is not None:
+            self.on_release()
 
     def _observe_breaker(self, variant: str) -> None:
         if self.metrics is not None:

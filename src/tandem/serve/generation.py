@@ -50,9 +50,10 @@ class Generation:
         plan: Plan,
         request_id: str,
         clock: Callable[[], float],
+        priority: int = 0,
     ) -> None:
         self.served, self.metrics, self.plan = served, metrics, plan
-        self.request_id, self.clock = request_id, clock
+        self.request_id, self.clock, self.priority = request_id, clock, priority
         self.arrival = clock()
 
     async def _run(self, choice: Choice) -> AsyncIterator[RequestOutput]:
@@ -63,6 +64,7 @@ class Generation:
             choice.params,
             request_id=f"{self.request_id}-{choice.index}",
             group=self.request_id,  # the choices share the KV slots fairly with other requests
+            priority=self.priority,
             tables=self.plan.tables,
             # a resumed stream (tandem.serve.continuation)
             **({"continued": self.plan.continued, "released": self.plan.released} if self.plan.continued else {}),

@@ -27,6 +27,7 @@ from tandem.serve.admission import Lease
 from tandem.serve.generation import ChoiceResult, Generation, cached_prompt_tokens
 from tandem.serve.kept_tracks import keep_key
 from tandem.serve.plan import Choice, Plan, plan_chat, plan_completion
+from tandem.serve.priority import request_priority
 from tandem.serve.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.serve.served import ServedModel
 from tandem.serve.state import ServerState
@@ -204,9 +205,10 @@ async def _collect(gen: Generation, lease: Lease, request: Request) -> list[Choi
 def build_router(state: ServerState) -> APIRouter:
     router = APIRouter(route_class=ParsedBodyRoute)  # the body the edge parsed, not parsed twice
 
-    def start(plan, rid: str) -> tuple[Generation, Lease]:
+    def start(plan, rid: str, body, request: Request) -> tuple[Generation, Lease]:
         lease = state.admission.admit(len(plan.choices))
-        return Generation(state.require_model(), state.metrics, plan, rid, state.clock), lease
+        priority = request_priority(request.headers, body.priority)
+        return Generation(state.require_model(), state.metrics, plan, rid, state.clock, priority), lease
 
     async def planned(plan_request: Callable[..., Plan], body, served: ServedModel) -> Plan:
         """All of a request's checks, its tokenizing (and a chat's template) in a worker thread: a long
@@ -250,7 +252,7 @@ def build_router(state: ServerState) -> APIRouter:
             def keep(text: str, entries: list, key: str = key) -> None:
                 state.kept.keep(key, text, R.completion_logprobs(entries, served.token_text))
 
-        gen, lease = start(plan, rid)
+        gen, lease = start(plan, rid, body, request)
         if body.stream:
             events = _completion_events(gen, body, created, rid, keep, request.headers.get(TOKEN_IDS_HEADER) == "1")
             return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL, headers=said)
@@ -280,7 +282,7 @@ def build_router(state: ServerState) -> APIRouter:
         served = state.require_model()
         plan = await planned(plan_chat, body, served)  # the template is time-limited (tandem.model.chat_template)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(state.wall_clock())
-        gen, lease = start(plan, rid)
+        gen, lease = start(plan, rid, body, request)
         if body.stream:
             events = _chat_events(gen, body, created, rid, request.headers.get(TOKEN_IDS_HEADER) == "1")
             return SSEResponse(events, on_close=lease.release, farewell=_FAREWELL)

@@ -29,7 +29,6 @@ _VLLM_SHARED: dict[str, tuple[Any, ...]] = {
     "spaces_between_special_tokens": (True,),
     "truncate_prompt_tokens": (),
     "logits_processors": (),
-    "priority": (0,),
     "request_id": (),
     "return_tokens_as_token_ids": (False,),
     "return_token_ids": (False,),

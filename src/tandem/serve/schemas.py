@@ -124,6 +124,8 @@ class _SamplingFields(BaseModel):
     # Token id (as a string, OpenAI's form) -> a bias added to its logit.
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(None, max_length=MAX_LOGIT_BIAS)
     user: str | None = None
+    # vLLM's: the Batcher admits waiting requests lowest first (ties: arrival); a gateway's x-tandem-priority wins.
+    priority: int = Field(0, ge=-(2**31), lt=2**31)
     # Extensions vLLM also accepts (the openai client passes them through extra_body). Omitted
     # sampling fields default to the model's generation_config.json (`--generation-config auto`).
     top_k: int | None = Field(None, ge=-1)  # -1 or 0: no cut
