@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tandem.cluster.backend import Backend, ReplicaState
 from tandem.deployment import ProfileSource
+from tandem.gateway.kv_index import KVIndex
 from tandem.schedule.controller import Controller
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.profiles import cached_profile
@@ -44,6 +45,7 @@ class Fleet:
     profile: ProfileSource = cached_profile  # measures a rolled-out recipe's Profile
     pending: PendingUse | None = None
     fatal: str | None = None  # the primary can never start: the process exits non-zero with this
+    kv: KVIndex | None = None  # which replica holds which prefix blocks (the kv-aware router's; else None)
     _changed: asyncio.Event | None = field(default=None, repr=False)
 
     def ready(self) -> bool:

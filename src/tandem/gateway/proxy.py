@@ -40,6 +40,7 @@ from tandem.edge.bodies import NO_BODY, parsed_body
 from tandem.edge.errors import APIError
 from tandem.edge.errors import error_response as api_error_response
 from tandem.edge.streams import ClientDisconnected, until_disconnect
+from tandem.gateway.kv_feed import kv_route
 from tandem.gateway.liveness import Probe, RequestTimeout, Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
 from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
@@ -168,6 +169,8 @@ async def _serve(
     prompt_tokens = len(prompt) // 4  # a rough estimate for streams (their usage is not always sent)
     headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
     route = RouteRequest(region=request.headers.get(REGION_HEADER), prefix=prompt)
+    if gw.fleet.kv is not None:  # kv-aware: what each replica holds of this prompt (tandem.gateway.kv_feed)
+        route = await kv_route(gw.upstream.client, gw.fleet.backend.list(), gw.fleet.kv, route, payload)
     target = await _acquire(gw, route)
     if target is None:
         if gw.draining:
