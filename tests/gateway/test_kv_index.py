@@ -67,3 +67,20 @@ def test_keep_only_forgets_replicas_that_left():
     index.apply("b", events(1, CHAIN), since=0)
     index.keep_only(["b"])
     assert index.publishing() == ["b"]
+
+
+def test_a_routed_request_is_expected_on_its_replica_until_confirmed_or_expired():
+    index = KVIndex(expect_ttl_s=10.0)
+    index.apply("a", events(1, CHAIN[:2]), since=0)
+    index.apply("b", events(1), since=0)
+    index.expect("b", PROMPT, now=100.0)
+    index.expect("c", PROMPT, now=100.0)  # publishes nothing: nothing expected
+    assert index.match(PROMPT, now=105.0).cached_tokens == {"a": 8, "b": 40}
+    assert index.match(PROMPT).cached_tokens == {"a": 8, "b": 0}  # without a time: what events said only
+    assert index.match(PROMPT, now=110.0).cached_tokens["b"] == 0  # expired
+    index.expect("b", PROMPT, now=200.0)
+    index.apply("b", events(2, CHAIN[:3], removed=[CHAIN[3]]), since=1)  # confirmed 3, the 4th evicted
+    assert index.match(PROMPT, now=201.0).cached_tokens["b"] == 12
+    index.forget(["b"])
+    index.apply("b", events(1), since=0)
+    assert index.match(PROMPT, now=201.0).cached_tokens["b"] == 0

@@ -12,7 +12,8 @@ a request's prompt once so it can be matched against them.
   prompt of token ids as given; a text prompt, or chat messages (rendered by the replica's own
   chat template), through one replica's POST /tokenize. Anything else (a batch of prompts beyond
   the first, a failure, a timeout) gives None, and the request is routed on load alone.
-- `kv_route`: the request's `RouteRequest` with its `PrefixMatch`, when any replica publishes.
+- `kv_route`: the request's `RouteRequest` with its `PrefixMatch`, when any replica publishes; the
+  proxy then tells the index which replica it was sent to (`KVIndex.expect`).
 """
 
 from __future__ import annotations
@@ -110,14 +111,20 @@ async def prompt_ids(client: httpx.AsyncClient, url: str, payload: Any) -> list[
 
 
 async def kv_route(
-    client: httpx.AsyncClient | None, replicas: Sequence[Replica], index: KVIndex, route: RouteRequest, payload: Any
-) -> RouteRequest:
-    """`route` with what each publishing replica holds of the request's prompt (unchanged when none publishes)."""
+    client: httpx.AsyncClient | None,
+    replicas: Sequence[Replica],
+    index: KVIndex,
+    route: RouteRequest,
+    payload: Any,
+    now: float,
+) -> tuple[RouteRequest, list[int] | None]:
+    """`route` with what each publishing replica holds (or is expected to) of the request's prompt,
+    and the prompt's ids (for `KVIndex.expect` once routed); unchanged and None when none publishes."""
     publishing = set(index.publishing())
     tokenizers = [r for r in replicas if r.replica_id in publishing and r.state is ReplicaState.READY]
     if client is None or not tokenizers:
-        return route
+        return route, None
     ids = await prompt_ids(client, tokenizers[next(_turn) % len(tokenizers)].url, payload)
     if ids is None:
-        return route
-    return replace(route, kv=index.match(ids))
+        return route, None
+    return replace(route, kv=index.match(ids, now=now)), ids

@@ -169,9 +169,14 @@ async def _serve(
     prompt_tokens = len(prompt) // 4  # a rough estimate for streams (their usage is not always sent)
     headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
     route = RouteRequest(region=request.headers.get(REGION_HEADER), prefix=prompt)
+    kv_ids = None
     if gw.fleet.kv is not None:  # kv-aware: what each replica holds of this prompt (tandem.gateway.kv_feed)
-        route = await kv_route(gw.upstream.client, gw.fleet.backend.list(), gw.fleet.kv, route, payload)
+        route, kv_ids = await kv_route(
+            gw.upstream.client, gw.fleet.backend.list(), gw.fleet.kv, route, payload, gw.clock()
+        )
     target = await _acquire(gw, route)
+    if kv_ids is not None and target is not None:
+        gw.fleet.kv.expect(target.replica_id, kv_ids, gw.clock())
     if target is None:
         if gw.draining:
             return error_response(503, "the gateway is shutting down and accepts no new requests", "shutting_down")

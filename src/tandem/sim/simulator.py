@@ -9,7 +9,9 @@ and buffered requests, and a DemandMeter fed each request's tokens when it finis
 
 Before the trace's window [0, duration) the fleet is warmed up: it starts at the policy's minimum
 and serves `warmup` requests (by default the trace's own first `warmup_s` seconds, replayed before
-0), so a policy meets the trace already sized for it, as a fleet in production would. Cost
+0), so a policy meets the trace already sized for it, as a fleet in production would (a trace's
+prefix block ids are renamed in that replay: the caches start full, but not of the window's own
+prefixes). Cost
 (replica-seconds, node-seconds) is counted inside the window; latency for the requests that arrive
 in it, each followed to its last token.
 """
@@ -151,7 +153,9 @@ def simulate(
     if warmup is None:
         warm = [r for r in trace if r.arrival_s < config.warmup_s]
         span = max(config.warmup_s, warm[-1].arrival_s) if warm else 0.0
-        warmup = [replace(r, arrival_s=r.arrival_s - span) for r in warm]
+        # The replayed requests' blocks are renamed (~id): they fill the caches as much as the real ones
+        # would, but the window's own requests find none of their prefixes cached by their own replay.
+        warmup = [replace(r, arrival_s=r.arrival_s - span, blocks=tuple(~b for b in r.blocks)) for r in warm]
     start = min((r.arrival_s for r in warmup), default=0.0)
     boot = profile.cold_start_s if config.boot_s is None else config.boot_s
     clock = _Clock(math.floor(start) - boot - config.tick_s)  # the minimum fleet is ready first
