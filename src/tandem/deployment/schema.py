@@ -79,7 +79,9 @@ class _Policy(_Strict):
 
 
 class _Router(_Strict):
-    name: Literal["least-outstanding", "power-of-two", "region-aware", "prefix-affinity"] = "least-outstanding"
+    name: Literal["least-outstanding", "power-of-two", "region-aware", "prefix-affinity", "kv-aware"] = (
+        "least-outstanding"
+    )
     params: dict[str, Any] = {}
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tandem.cluster.backend import Backend, ReplicaState
 from tandem.deployment import ProfileSource
 from tandem.gateway.cold_start import ColdStarts
+from tandem.gateway.kv_index import KVIndex
 from tandem.schedule.controller import Controller
 from tandem.schedule.metrics import SchedulerMetrics
 from tandem.schedule.profiles import cached_profile
@@ -46,6 +47,7 @@ class Fleet:
     pending: PendingUse | None = None
     fatal: str | None = None  # the primary can never start: the process exits non-zero with this
     cold: ColdStarts = field(default_factory=ColdStarts)  # scale from zero, as the requests waiting felt it
+    kv: KVIndex | None = None  # which replica holds which prefix blocks (the kv-aware router's; else None)
     _changed: asyncio.Event | None = field(default=None, repr=False)
 
     def ready(self) -> bool:

@@ -11,6 +11,8 @@ A replica of an external engine (vLLM, SGLang, llama.cpp) has no GET /load: its 
 reads its Prometheus text instead (tandem.schedule.engine_loads); with none (`metrics: {adapter:
 none}`, or text the adapter cannot read) its readiness path is asked whether it answers, and the
 gateway's own in-flight counts stand for its load (source `gateway-inflight` on GET /admin/replicas).
+
+With the `kv-aware` router, the same tick reads each replica's KV events (tandem.gateway.kv_feed).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import httpx
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.contracts import ReplicaLoad
 from tandem.gateway.fleet import Fleet
+from tandem.gateway.kv_feed import poll_kv_events
 from tandem.gateway.upstream import Upstream
 from tandem.schedule.engine_loads import load_from_metrics
 
@@ -109,4 +112,6 @@ async def poll_loads(fleet: Fleet, upstream: Upstream) -> int:
             fleet.inflight.report(load)
         if load:  # it answers: if a deadline had declared it unresponsive, no more
             upstream.liveness.revive(replica.replica_id)
+    if fleet.kv is not None:  # the kv-aware router's index: the replicas' KV events, on the same tick
+        await poll_kv_events(upstream.client, live, fleet.kv, upstream.load_timeout_s)
     return sum(bool(load) for load in loads)

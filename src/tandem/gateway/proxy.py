@@ -41,6 +41,7 @@ from tandem.edge.bodies import NO_BODY, parsed_body
 from tandem.edge.errors import APIError
 from tandem.edge.errors import error_response as api_error_response
 from tandem.edge.streams import ClientDisconnected, until_disconnect
+from tandem.gateway.kv_feed import kv_route
 from tandem.gateway.liveness import Probe, RequestTimeout, Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
 from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
@@ -174,8 +175,15 @@ async def _serve(
     prompt_tokens = len(prompt) // 4  # a rough estimate for streams (their usage is not always sent)
     headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
     route = RouteRequest(region=request.headers.get(REGION_HEADER), prefix=prompt)
+    kv_ids = None
+    if gw.fleet.kv is not None:  # kv-aware: what each replica holds of this prompt (tandem.gateway.kv_feed)
+        route, kv_ids = await kv_route(
+            gw.upstream.client, gw.fleet.backend.list(), gw.fleet.kv, route, payload, gw.clock()
+        )
     fair = gw.tenancy is not None and gw.tenancy.admission is not None  # the tenants' queue (tandem.gateway.admission)
     target = await (fair_acquire(gw, route, request.scope) if fair else _acquire(gw, route))
+    if kv_ids is not None and target is not None:
+        gw.fleet.kv.expect(target.replica_id, kv_ids, gw.clock())
     if target is None:
         if gw.draining:
             return error_response(503, "the gateway is shutting down and accepts no new requests", "shutting_down")

@@ -38,6 +38,7 @@ from tandem.cluster.external import FLEET_SECRET_ENV
 from tandem.cluster.local import LocalBackend, popen_spawner
 from tandem.deployment import Deployment, ProfileSource
 from tandem.gateway.fleet import Fleet, PendingUse
+from tandem.gateway.kv_index import KVIndex
 from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.observers import NO_OBSERVER, Observer, Observers
@@ -163,6 +164,8 @@ def build_gateway(
             decisions_file=gate_log_dir / "gate-decisions.jsonl" if gate_log_dir is not None else None,
         )  # fmt: skip
     fleet = Fleet(backend, controller, inflight, demand, metrics, dict(deployment.variants), profile=profile)
+    if deployment.router_name == "kv-aware":
+        fleet.kv = KVIndex()  # fed by the replicas' KV events (tandem.gateway.kv_feed)
     upstream = Upstream(
         transport, read_timeout_s=read_timeout_s, first_byte_timeout_s=first_byte_timeout_s,
         stream_idle_timeout_s=stream_idle_timeout_s, fleet_secret=fleet_secret, liveness=liveness,

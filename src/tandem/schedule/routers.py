@@ -14,13 +14,17 @@ the chosen load, or None when no healthy replica is eligible.
 - `PrefixAffinity`: rendezvous hash of the prompt's first block, so requests sharing a prefix land
   on the replica that has it cached, and adding or removing a replica moves only its share; when
   that replica is much busier than the least-loaded one, the least-loaded one instead.
+- `KVAware`: what each replica reports it holds (its KV events, read into the gateway's index and
+  handed here as the request's `PrefixMatch`), weighed against its load: the replica with the
+  least `uncached prompt tokens + queued_request_tokens x outstanding requests`. Replicas that
+  publish nothing are scored on load alone (least-outstanding among them).
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,9 +32,12 @@ from tandem.contracts import ReplicaLoad
 
 __all__ = [
     "AdmissionCap",
+    "KVAware",
     "LeastOutstanding",
     "PowerOfTwo",
     "PrefixAffinity",
+    "PrefixMatch",
+    "ROUTER_NAMES",
     "RegionAware",
     "RouteRequest",
     "Router",
@@ -41,10 +48,24 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class PrefixMatch:
+    """How much of one request's prompt each replica holds, read from the replicas' KV events when the
+    request arrived (a frozen snapshot: the router never sees the index change under it)."""
+
+    prompt_tokens: int  # the request's prompt, tokenized as the replicas do
+    cached_tokens: Mapping[str, int] = field(default_factory=dict)  # replica id -> leading prompt tokens it holds
+    publishing: frozenset[str] = field(default_factory=frozenset)  # replicas whose KV events the gateway reads
+
+    def cached(self, replica_id: str) -> int:
+        return min(self.cached_tokens.get(replica_id, 0), self.prompt_tokens)
+
+
+@dataclass(frozen=True)
 class RouteRequest:
     region: str | None = None  # where the client is (None: anywhere)
     prefix: str = ""  # the prompt's beginning; PrefixAffinity hashes its first block
     exclude: frozenset[str] = field(default_factory=frozenset)  # replicas already tried for this request
+    kv: PrefixMatch | None = None  # what each replica holds of the prompt (KVAware; None: not known)
 
 
 class Router(Protocol):
@@ -155,8 +176,57 @@ class PrefixAffinity:
         return chosen
 
 
+class KVAware:
+    """The replica where this request's first token comes soonest, by a cost in prompt tokens:
+
+        cost(r) = (prompt tokens - leading tokens r holds)  +  queued_request_tokens x outstanding(r)
+
+    The first term is the prefill r must still do (what its block cache saves is subtracted); the
+    second prices every request already running or waiting on r as `queued_request_tokens` of
+    prefill in front of this one (under continuous batching a request ahead costs a share of each
+    iteration, not its whole run: about one mean prompt's prefill is a fair default; raise it to
+    favour balance, lower it to favour cache hits). Lowest cost wins; ties: fewer outstanding, less
+    KV in use, replica id. A replica with `saturation` requests outstanding or more (None: no cap)
+    or `kv_saturation` of its KV in use is skipped while another is open, so a hot prefix does not
+    pile onto one replica. Without a `PrefixMatch` (the prompt could not be tokenized, no replica
+    publishes KV events) every cached term is 0: exactly least-outstanding.
+    """
+
+    def __init__(
+        self, queued_request_tokens: int = 512, saturation: int | None = None, kv_saturation: float = 0.95
+    ) -> None:
+        if queued_request_tokens < 0 or (saturation is not None and saturation < 1) or not 0 < kv_saturation <= 1:
+            raise ValueError("kv-aware needs queued_request_tokens >= 0, saturation >= 1 and kv_saturation in (0, 1]")
+        self.queued_request_tokens = queued_request_tokens
+        self.saturation = saturation
+        self.kv_saturation = kv_saturation
+
+    def saturated(self, load: ReplicaLoad) -> bool:
+        return (
+            self.saturation is not None and outstanding(load) >= self.saturation
+        ) or load.kv_used >= self.kv_saturation
+
+    def cost(self, request: RouteRequest, load: ReplicaLoad) -> int:
+        queued = self.queued_request_tokens * outstanding(load)
+        if request.kv is None:
+            return queued
+        return request.kv.prompt_tokens - request.kv.cached(load.replica_id) + queued
+
+    def choose(self, request: RouteRequest, replicas: Sequence[ReplicaLoad]) -> ReplicaLoad | None:
+        candidates = eligible(request, replicas)
+        candidates = [r for r in candidates if not self.saturated(r)] or candidates
+        return min(
+            candidates,
+            key=lambda r: (self.cost(request, r), outstanding(r), r.kv_used, r.replica_id),
+            default=None,
+        )
+
+
+ROUTER_NAMES = ("least-outstanding", "power-of-two", "region-aware", "prefix-affinity", "kv-aware")
+
+
 def make_router(name: str, rng: random.Random | None = None, **params) -> Router:
-    """By name: least-outstanding, power-of-two, region-aware (around least-outstanding), prefix-affinity."""
+    """By name: least-outstanding, power-of-two, region-aware (around least-outstanding), prefix-affinity, kv-aware."""
     if name == "least-outstanding":
         return LeastOutstanding(**params)
     if name == "power-of-two":
@@ -165,4 +235,6 @@ def make_router(name: str, rng: random.Random | None = None, **params) -> Router
         return RegionAware(**params)
     if name == "prefix-affinity":
         return PrefixAffinity(**params)
-    raise ValueError(f"unknown router {name!r} (known: least-outstanding, power-of-two, region-aware, prefix-affinity)")
+    if name == "kv-aware":
+        return KVAware(**params)
+    raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTER_NAMES)})")

@@ -134,6 +134,14 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
     show_default=True,
     help="The router holds each replica to the SLO batch of the live length mix (requests queue at the gateway)",
 )
+@click.option(
+    "--router",
+    "routers",
+    default="least-outstanding",
+    show_default=True,
+    help="The gateway's router(s), comma-separated, each simulated with every policy: least-outstanding, "
+    "prefix-affinity, kv-aware (a Mooncake trace's hash_ids give the replicas a prefix block cache), ...",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic trace.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None)
@@ -156,6 +164,7 @@ def sim_command(
     tick_s,
     warmup_s,
     admission_cap,
+    routers,
     seed,
     json_path,
     plot_path,
@@ -192,6 +201,14 @@ def sim_command(
     variants = [_variant(spec) for spec in variant_specs]
     if len({v.name for v in variants}) != len(variants):
         raise click.BadParameter("variant names must differ", param_hint="--variant")
+    from tandem.schedule.routers import ROUTER_NAMES
+
+    router_list = [r.strip() for r in routers.split(",") if r.strip()]
+    bad_routers = [r for r in router_list if r not in ROUTER_NAMES]
+    if bad_routers or not router_list:
+        raise click.BadParameter(
+            f"unknown {', '.join(bad_routers) or 'empty'} (known: {', '.join(ROUTER_NAMES)})", param_hint="--router"
+        )
     policy_list = [p.strip() for p in policies.split(",") if p.strip()]
     unknown = [p for p in policy_list if p not in POLICY_NAMES]
     if unknown or not policy_list:
@@ -238,6 +255,7 @@ def sim_command(
             max_replicas=max_replicas,
             utilization=target_utilization,
             progress=lambda m: console.log(m),
+            routers=router_list,
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None

@@ -23,6 +23,7 @@ first request after it would miss any TTFT SLO).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -42,6 +43,7 @@ from tandem.schedule.policies import (
     make_policy,
     tier_replicas,
 )
+from tandem.schedule.routers import make_router
 from tandem.schedule.variant import Variant
 from tandem.sim.oracle import oracle_params
 from tandem.sim.simulator import SimConfig, SimResult, simulate
@@ -84,6 +86,7 @@ class PairResult:
     setup: dict[str, Any]  # how the policy was set up (its parameters, the static count, the tier)
     demand: list[tuple[float, float]]  # (minute start, replicas the traffic needs), for the plot
     wall_s: float
+    router: str = "least-outstanding"
 
     def row(self) -> dict[str, Any]:
         """The JSON object of this pair."""
@@ -95,6 +98,7 @@ class PairResult:
         return {
             "variant": self.variant.name,
             "policy": self.policy,
+            "router": self.router,
             "recipe": profile.recipe,
             "hardware": profile.hardware,
             "profile_source": profile.source,
@@ -114,6 +118,7 @@ class PairResult:
             "mean_replicas": sim.mean_replicas,
             "min_replicas": sim.min_live or 0,
             "slo_attainment": sim.slo_attainment,
+            "prefix_hit_rate": sim.prefix_hit_rate,
             "ttft_p50_s": sim.quantile("ttft", 0.5),
             "ttft_p99_s": sim.quantile("ttft", 0.99),
             "tpot_p50_s": sim.quantile("tpot", 0.5),
@@ -206,8 +211,10 @@ def run_pair(
     max_replicas: int = 256,
     utilization: float = 0.7,
     overrides: dict[str, Any] | None = None,
+    router: str = "least-outstanding",
 ) -> PairResult:
-    """Simulate one (variant, policy) pair over `trace` (`overrides`: capacity's parameters to change)."""
+    """Simulate one (variant, policy) pair over `trace` (`overrides`: capacity's parameters to change)
+    with the gateway's `router` (by name: tandem.schedule.routers.make_router)."""
     started = time.perf_counter()
     duration = duration_s if duration_s is not None else (trace[-1].arrival_s if trace else 0.0)
     config = replace(config or SimConfig(), ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s)
@@ -224,8 +231,8 @@ def run_pair(
         policy_fn, limits, setup = _policy(policy, variant, slo, trace, duration, config, max_replicas, utilization,
                                            margin, overrides)  # fmt: skip
         result = simulate(
-            trace, variant.variant(), policy_fn, limits, config=config, policy_name=policy, duration_s=duration,
-            nodes_for=nodes_for,
+            trace, variant.variant(), policy_fn, limits, make_router(router, random.Random(0)), config=config,
+            policy_name=policy, duration_s=duration, nodes_for=nodes_for,
         )  # fmt: skip
         tried.append((margin, result.slo_attainment))
         if result.slo_attainment >= slo.target and result.lost == 0:
@@ -236,7 +243,7 @@ def run_pair(
     if node_setup is not None:
         setup["node"] = node_setup
     demand = demand_series(trace, variant.profile, slo.tpot_s, duration)
-    return PairResult(variant, policy, result, setup, demand, time.perf_counter() - started)
+    return PairResult(variant, policy, result, setup, demand, time.perf_counter() - started, router)
 
 
 def run_experiment(
@@ -251,8 +258,9 @@ def run_experiment(
     max_replicas: int = 256,
     utilization: float = 0.7,
     progress: Callable[[str], None] | None = None,
+    routers: Sequence[str] = ("least-outstanding",),
 ) -> list[PairResult]:
-    """Every (variant, policy) pair, variants outer. `utilization`: hpa's and kpa's target share of the SLO batch."""
+    """Every (variant, policy, router), variants outer. `utilization`: hpa's and kpa's target share of the SLO batch."""
     for name in policies:
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
@@ -261,19 +269,21 @@ def run_experiment(
         if trace_capacity(trace, variant.profile, slo.tpot_s).meets_slo is False and progress:
             progress(f"{variant.name}: even one sequence decodes slower than the TPOT SLO; capacity is best effort")
         for policy in policies:
-            if progress:
-                progress(f"simulating {variant.name} x {policy}")
-            results.append(
-                run_pair(
-                    trace,
-                    variant,
-                    policy,
-                    slo,
-                    duration_s=duration_s,
-                    config=config,
-                    node=node,
-                    max_replicas=max_replicas,
-                    utilization=utilization,
+            for router in routers:
+                if progress:
+                    progress(f"simulating {variant.name} x {policy}" + (f" x {router}" if len(routers) > 1 else ""))
+                results.append(
+                    run_pair(
+                        trace,
+                        variant,
+                        policy,
+                        slo,
+                        duration_s=duration_s,
+                        config=config,
+                        node=node,
+                        max_replicas=max_replicas,
+                        utilization=utilization,
+                        router=router,
+                    )  # fmt: skip
                 )
-            )
     return results

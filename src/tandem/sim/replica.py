@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tandem.contracts import Profile
+from tandem.sim.prefix_cache import PrefixCache
 
 __all__ = ["SimReplica", "SimSequence"]
 
@@ -39,6 +40,8 @@ class SimSequence:
     prefill_left: float = 0.0  # prompt tokens still to prefill
     first_token_s: float | None = None
     finished_s: float | None = None
+    blocks: tuple[int, ...] = ()  # the prompt's prefix block ids (a trace's hash_ids)
+    cached_tokens: int = 0  # prompt tokens the replica's block cache held when it was admitted
 
     @property
     def kv_tokens(self) -> int:
@@ -57,7 +60,10 @@ class SimSequence:
 
 
 class SimReplica:
-    def __init__(self, replica_id: str, profile: Profile, prefill_chunk_tokens: int = 512) -> None:
+    def __init__(
+        self, replica_id: str, profile: Profile, prefill_chunk_tokens: int = 512, block_tokens: int = 0
+    ) -> None:
+        """`block_tokens` > 0: a prefix block cache of blocks this long (tandem.sim.prefix_cache)."""
         if profile.max_slots < 1 or not profile.decode_tokens_per_s or min(profile.decode_tokens_per_s.values()) <= 0:
             raise ValueError(f"the Profile of {profile.recipe!r} needs max_slots >= 1 and positive decode rates")
         self.replica_id = replica_id
@@ -73,6 +79,7 @@ class SimReplica:
         self.counter = 0.0  # tokens each decoding sequence has produced since the replica started
         self.kv_used = 0
         self._seq_no = 0
+        self.prefix = PrefixCache(profile.kv_budget_tokens, block_tokens) if block_tokens > 0 else None
 
     @property
     def running(self) -> int:
@@ -96,11 +103,15 @@ class SimReplica:
             if self.kv_budget and self.kv_used + seq.kv_tokens > self.kv_budget and self.running:
                 return  # FCFS: wait for memory rather than let a later, shorter request overtake
             self.kv_used += seq.kv_tokens
+            if self.prefix is not None:
+                self.prefix.admit(seq)  # prefill only what its cache does not hold
             self.prefilling.append(self.waiting.popleft())
 
     def _finish(self, seq: SimSequence, t: float, done: list[SimSequence]) -> None:
         seq.finished_s = t
         self.kv_used -= seq.kv_tokens
+        if self.prefix is not None:
+            self.prefix.finished(seq)
         done.append(seq)
 
     def step(self, now: float, dt: float) -> list[SimSequence]:
@@ -116,7 +127,11 @@ class SimReplica:
                 continue
             # The iteration's prompt tokens: a full chunk, or less when the prompts waiting are shorter (their
             # whole length, not what is left of them: where a step boundary falls must not change the speed).
-            chunk = min(self.chunk, sum(s.prompt_tokens for s in self.prefilling)) if self.prefilling else 0.0
+            chunk = (
+                min(self.chunk, sum(s.prompt_tokens - s.cached_tokens for s in self.prefilling))
+                if self.prefilling
+                else 0.0
+            )
             iteration = self.decode_iteration_s[n] + chunk / self.prefill_rate
             prefill_speed = chunk / iteration if iteration > 0 else math.inf  # prompt tokens/s
             events = [end]
@@ -138,6 +153,8 @@ class SimReplica:
                     self.prefilling.popleft()
                     head.prefill_left = 0.0
                     head.first_token_s = nxt
+                    if self.prefix is not None:
+                        self.prefix.prefilled(head)
                     if head.output_tokens <= 1:
                         self._finish(head, nxt, done)
                     else:

@@ -21,6 +21,7 @@ __all__ = ["results_tables", "write_html", "write_json"]
 _COST = (
     ("variant", "variant", str),
     ("policy", "policy", str),
+    ("router", "router", str),
     ("source", "profile_source", str),
     ("replica-h/day", "replica_hours_per_day", "{:.1f}"),
     ("x oracle", "replica_hours_vs_oracle", "{:.2f}"),
@@ -36,7 +37,9 @@ _COST = (
 _SERVICE = (
     ("variant", "variant", str),
     ("policy", "policy", str),
+    ("router", "router", str),
     ("SLO met", "slo_attainment", "{:.2%}"),
+    ("prefix hit", "prefix_hit_rate", "{:.1%}"),
     ("TTFT p50", "ttft_p50_s", "{:.2f}s"),
     ("TTFT p99", "ttft_p99_s", "{:.2f}s"),
     ("TPOT p50", "tpot_p50_s", "{:.3f}s"),
@@ -66,7 +69,7 @@ def results_tables(rows: Sequence[dict], title: str) -> list[Table]:
         table = Table(title=caption)
         columns = _columns(rows, group)
         for header, _, _ in columns:
-            table.add_column(header, justify="left" if header in ("variant", "policy", "source") else "right")
+            table.add_column(header, justify="left" if header in ("variant", "policy", "router", "source") else "right")
         for row in rows:
             table.add_row(*(_cell(row.get(key), fmt) for _, key, fmt in columns))
         tables.append(table)

@@ -9,7 +9,9 @@ and buffered requests, and a DemandMeter fed each request's tokens when it finis
 
 Before the trace's window [0, duration) the fleet is warmed up: it starts at the policy's minimum
 and serves `warmup` requests (by default the trace's own first `warmup_s` seconds, replayed before
-0), so a policy meets the trace already sized for it, as a fleet in production would. Cost
+0), so a policy meets the trace already sized for it, as a fleet in production would (a trace's
+prefix block ids are renamed in that replay: the caches start full, but not of the window's own
+prefixes). Cost
 (replica-seconds, node-seconds) is counted inside the window; latency for the requests that arrive
 in it, each followed to its last token.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.cluster.fake import FakeBackend
@@ -27,9 +29,10 @@ from tandem.contracts import Profile, ReplicaLoad
 from tandem.schedule.controller import Controller, ControllerConfig, Pool
 from tandem.schedule.policies.context import Policy, ScaleLimits
 from tandem.schedule.policies.slo import admission_limit
-from tandem.schedule.routers import AdmissionCap, LeastOutstanding, Router, RouteRequest
+from tandem.schedule.routers import AdmissionCap, LeastOutstanding, Router
 from tandem.schedule.traffic import DemandMeter
 from tandem.schedule.variant import Variant
+from tandem.sim.prefix_cache import route_for
 from tandem.sim.replica import SimReplica, SimSequence
 from tandem.sim.trace import TraceRequest
 
@@ -49,6 +52,7 @@ class SimConfig:
     boot_s: float | None = None  # how long a replica takes to start, when measured apart (None: the Profile's)
     run_tail: bool = False  # keep ticking for all of tail_s, even once every request is done
     admission_cap: bool = False  # the router holds each replica to the SLO batch of the live mix (AdmissionCap)
+    prefix_block_tokens: int = 512  # a replica's prefix block cache (traces with block ids: Mooncake's 512); 0: none
     controller: ControllerConfig = ControllerConfig()
 
 
@@ -102,6 +106,16 @@ class SimResult:
         return values[min(int(q * len(values)), len(values) - 1)] if values else math.nan
 
     @property
+    def prefix_hit_rate(self) -> float | None:
+        """The share of finished window requests' prompt tokens a replica's block cache held (None:
+        the trace carries no block ids)."""
+        done = [r for r in self.requests if r.finished_s is not None]
+        if not any(r.blocks for r in done):
+            return None
+        prompt = sum(r.prompt_tokens for r in done)
+        return sum(r.cached_tokens for r in done) / prompt if prompt else 0.0
+
+    @property
     def peak(self) -> int:
         return self.max_live
 
@@ -140,7 +154,9 @@ def simulate(
     if warmup is None:
         warm = [r for r in trace if r.arrival_s < config.warmup_s]
         span = max(config.warmup_s, warm[-1].arrival_s) if warm else 0.0
-        warmup = [TraceRequest(r.arrival_s - span, r.prompt_tokens, r.output_tokens) for r in warm]
+        # The replayed requests' blocks are renamed (~id): they fill the caches as much as the real ones
+        # would, but the window's own requests find none of their prefixes cached by their own replay.
+        warmup = [replace(r, arrival_s=r.arrival_s - span, blocks=tuple(~b for b in r.blocks)) for r in warm]
     start = min((r.arrival_s for r in warmup), default=0.0)
     boot = profile.cold_start_s if config.boot_s is None else config.boot_s
     clock = _Clock(math.floor(start) - boot - config.tick_s)  # the minimum fleet is ready first
@@ -155,7 +171,9 @@ def simulate(
 
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:
-            sims[replica.replica_id] = SimReplica(replica.replica_id, serving or profile, config.prefill_chunk_tokens)
+            sims[replica.replica_id] = SimReplica(
+                replica.replica_id, serving or profile, config.prefill_chunk_tokens, config.prefix_block_tokens
+            )
         return sims[replica.replica_id]
 
     def load_of(replica: Replica) -> ReplicaLoad:
@@ -183,7 +201,8 @@ def simulate(
         controller.tick()
         clock.now += config.tick_s
     arrivals = deque(
-        (SimSequence(r.arrival_s, r.prompt_tokens, r.output_tokens), r.arrival_s >= 0) for r in (*warmup, *trace)
+        (SimSequence(r.arrival_s, r.prompt_tokens, r.output_tokens, blocks=r.blocks), r.arrival_s >= 0)
+        for r in (*warmup, *trace)
     )
     in_flight = 0  # requests arrived and not finished (or lost)
     next_tick, end = clock.now, duration + config.tail_s
@@ -247,7 +266,7 @@ def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_
     loads = {r.replica_id: load_of(r) for r in replicas}
     by_id = {r.replica_id: r for r in replicas}
     while gateway:
-        choice = router.choose(RouteRequest(), list(loads.values()))
+        choice = router.choose(route_for(gateway[0], [sim_of(r) for r in replicas]), list(loads.values()))
         if choice is None:
             return
         sim_of(by_id[choice.replica_id]).submit(gateway.popleft(), now)

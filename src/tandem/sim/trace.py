@@ -16,6 +16,7 @@ from pathlib import Path
 from tandem.data import CONVERSATION_TRACE, data_path
 from tandem.data.traces import TIMED_COLUMNS as COLUMNS
 from tandem.data.traces import read_trace
+from tandem.sim.block_trace import read_block_ids
 
 __all__ = [
     "TraceRequest",
@@ -34,6 +35,7 @@ class TraceRequest:
     arrival_s: float  # seconds since the trace's first request
     prompt_tokens: int
     output_tokens: int
+    blocks: tuple[int, ...] = ()  # the prompt's prefix block ids (Mooncake's hash_ids), when the trace has them
 
 
 def default_trace_path() -> Path:
@@ -61,11 +63,14 @@ def load_trace(
 
     TIMESTAMP is ISO 8601 (as the Azure traces have it) or seconds; rows may come in any order.
     """
+    path = path if path is not None else default_trace_path()
+    raw = read_trace(path)
+    blocks = read_block_ids(path) if Path(path).suffix == ".jsonl" else [()] * len(raw)
     # An answer has at least one token.
-    rows = sorted((t, p, max(o, 1)) for t, p, o in read_trace(path if path is not None else default_trace_path()))
+    rows = sorted(((t, p, max(o, 1), b) for (t, p, o), b in zip(raw, blocks, strict=True)), key=lambda row: row[:3])
     first = rows[0][0]
     end = math.inf if duration_s is None else start_s + duration_s
-    return [TraceRequest(t - first - start_s, p, o) for t, p, o in rows if start_s <= t - first < end]
+    return [TraceRequest(t - first - start_s, p, o, b) for t, p, o, b in rows if start_s <= t - first < end]
 
 
 def poisson_trace(rate_per_s: float, duration_s: float, prompt: int, output: int, seed: int = 0, start_s: float = 0.0):
