@@ -118,7 +118,13 @@ class AsyncEngine:
             _, request_id, ids, params, group, tables, (continued, released), priority = command
             try:
                 self.engine.add_request(
-                    ids, params, request_id, group=group, tables=tables, continued=continued, released=released,
+                    ids,
+                    params,
+                    request_id,
+                    group=group,
+                    tables=tables,
+                    continued=continued,
+                    released=released,
                     priority=priority,
                 )
             except RequestError as exc:
