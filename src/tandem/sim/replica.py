@@ -39,6 +39,8 @@ class SimSequence:
     prefill_left: float = 0.0  # prompt tokens still to prefill
     first_token_s: float | None = None
     finished_s: float | None = None
+    tenant_class: str | None = None  # --tenant-mix's class (tandem.sim.tenant_mix)
+    priority: int = 0  # higher first at the gateway's buffer
 
     @property
     def kv_tokens(self) -> int:

@@ -34,6 +34,8 @@ class TraceRequest:
     arrival_s: float  # seconds since the trace's first request
     prompt_tokens: int
     output_tokens: int
+    tenant_class: str | None = None  # --tenant-mix's class (tandem.sim.tenant_mix)
+    priority: int = 0  # higher first at the gateway's buffer
 
 
 def default_trace_path() -> Path:
