@@ -58,6 +58,8 @@ def start(workdir: Path, config: str, slots: int) -> tuple[subprocess.Popen, str
     }  # fmt: skip
     (workdir / "deployment.yaml").write_text(yaml.safe_dump(deployment))
     args = ["--deployment", str(workdir / "deployment.yaml"), "--usage-db", str(workdir / f"usage-{config}.db")]
+    # Waiting is what is measured: no request may be cut by the gateway's deadlines (504s would hide the queue).
+    args += ["--first-byte-timeout", "1800", "--stream-idle-timeout", "1800", "--queue-timeout", "1800"]
     if config == "fair":
         tenants = {
             "tenants": [
@@ -111,12 +113,12 @@ async def stream(client: httpx.AsyncClient, url: str, key: str, model: str, toke
     return first, got == tokens
 
 
-async def interactive(client, url, key, model, n: int) -> list[float]:
-    ttfts = []
+async def interactive(client, url, key, model, n: int) -> list[float | None]:
+    """B's TTFTs (None: that request failed)."""
+    ttfts: list[float | None] = []
     for _ in range(n):
         ttft, ok = await stream(client, url, key, model, 16)
-        if ttft is not None and ok:
-            ttfts.append(ttft)
+        ttfts.append(ttft if ok else None)
         await asyncio.sleep(0.2)
     return ttfts
 
@@ -136,8 +138,12 @@ async def run(url: str, config: str, args: argparse.Namespace) -> dict:
         b_done = time.perf_counter() - flood_started
         results = await asyncio.gather(*flood)
         flood_s = time.perf_counter() - flood_started
+    failed = sum(1 for x in unloaded + loaded if x is None)
+    unloaded = [x for x in unloaded if x is not None]
+    loaded = [x for x in loaded if x is not None]
     p50_unloaded, p50_loaded = statistics.median(unloaded), statistics.median(loaded)
     out = {
+        "b_failed": failed,
         "b_ttft_p50_unloaded_s": round(p50_unloaded, 4),
         "b_ttft_p50_loaded_s": round(p50_loaded, 4),
         "b_ttft_ratio": round(p50_loaded / p50_unloaded, 2),
