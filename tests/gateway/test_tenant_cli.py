@@ -43,3 +43,33 @@ def test_bad_tenancy_settings_are_one_line_errors(tmp_path):
         tenancy_from_settings(None, Settings(tenants=str(tmp_path / "t.yaml"), api_key="k"))
     with pytest.raises(click.ClickException, match="postgresql"):
         tenancy_from_settings(None, Settings(usage_db="mysql://h/db"))
+
+
+def test_sighup_reloads_the_tenants_file_and_a_bad_one_keeps_the_old(tmp_path):
+    import os
+    import signal
+    import time
+
+    from tandem.cluster.fake import FakeBackend
+    from tandem.deployment import parse_deployment
+    from tandem.gateway.wiring import build_gateway
+
+    variants = [{"name": "fast", "recipe": "baseline", "replicas": {"min": 1, "max": 1}}]
+    gw = build_gateway(parse_deployment({"variants": variants, "policy": {"name": "hpa"}}), FakeBackend(lambda: 0.0))
+    path = tmp_path / "t.yaml"
+    path.write_text(f"tenants: [{{name: a, keys: ['{hash_key('ka')}']}}]")
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        tenancy = tenancy_from_settings(gw, Settings(tenants=str(path), usage_db=str(tmp_path / "u.db")))
+        assert gw.tenancy is tenancy and tenancy.tenants.names() == ("a",)
+        path.write_text(f"tenants: [{{name: b, keys: ['{hash_key('kb')}']}}]")
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.1)
+        assert tenancy.tenants.names() == ("b",) and tenancy.tenants.by_key("kb").name == "b"
+        path.write_text("tenants: [{name: c}]")  # no keys: refused, the old tenants stay
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.1)
+        assert tenancy.tenants.names() == ("b",)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+        gw.tenancy.ledger.close()
