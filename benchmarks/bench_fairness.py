@@ -3,9 +3,9 @@
 Each configuration starts `tandem serve --deployment FILE` (the CLI, as a user would) with one
 replica of the bundled model (`--max-num-seqs 8`), then measures B's time to first token:
 
-1. unloaded: B alone, `--b-requests` sequential streams of 16 tokens;
+1. unloaded: B alone, `--b-requests` streams of 16 tokens, one every `--b-every-s` (open loop);
 2. loaded: A starts 64 concurrent streams of `--a-tokens` tokens (ignore_eos), and once they are
-   in, B sends the same sequential streams; A's requests must all complete (no starvation).
+   in, B sends the same streams; A's requests must all complete (no starvation).
 
 Configurations:
 - `fcfs`: `--api-key` only (one anonymous tenant): the gateway forwards everything and the
@@ -58,6 +58,8 @@ def start(workdir: Path, config: str, slots: int) -> tuple[subprocess.Popen, str
     }  # fmt: skip
     (workdir / "deployment.yaml").write_text(yaml.safe_dump(deployment))
     args = ["--deployment", str(workdir / "deployment.yaml"), "--usage-db", str(workdir / f"usage-{config}.db")]
+    # Waiting is what is measured: no request may be cut by the gateway's deadlines (504s would hide the queue).
+    args += ["--first-byte-timeout", "1800", "--stream-idle-timeout", "1800", "--queue-timeout", "1800"]
     if config == "fair":
         tenants = {
             "tenants": [
@@ -111,14 +113,15 @@ async def stream(client: httpx.AsyncClient, url: str, key: str, model: str, toke
     return first, got == tokens
 
 
-async def interactive(client, url, key, model, n: int) -> list[float]:
-    ttfts = []
-    for _ in range(n):
+async def interactive(client, url, key, model, n: int, every_s: float) -> list[float | None]:
+    """B's TTFTs (None: that request failed): `n` requests, one every `every_s` (open loop, as users type)."""
+
+    async def one(delay: float) -> float | None:
+        await asyncio.sleep(delay)
         ttft, ok = await stream(client, url, key, model, 16)
-        if ttft is not None and ok:
-            ttfts.append(ttft)
-        await asyncio.sleep(0.2)
-    return ttfts
+        return ttft if ok else None
+
+    return list(await asyncio.gather(*(one(i * every_s) for i in range(n))))
 
 
 async def run(url: str, config: str, args: argparse.Namespace) -> dict:
@@ -127,17 +130,21 @@ async def run(url: str, config: str, args: argparse.Namespace) -> dict:
     async with httpx.AsyncClient(timeout=httpx.Timeout(900.0), limits=limits) as client:
         models = await client.get(url + "/v1/models", headers={"Authorization": f"Bearer {key_b}"})
         model = models.json()["data"][0]["id"]
-        await interactive(client, url, key_b, model, 2)  # warm-up
-        unloaded = await interactive(client, url, key_b, model, args.b_requests)
+        await interactive(client, url, key_b, model, 2, args.b_every_s)  # warm-up
+        unloaded = await interactive(client, url, key_b, model, args.b_requests, args.b_every_s)
         flood_started = time.perf_counter()
         flood = [asyncio.create_task(stream(client, url, key_a, model, args.a_tokens)) for _ in range(args.a_requests)]
         await asyncio.sleep(1.0)  # A's requests are in (at the replica, or queued at the gateway)
-        loaded = await interactive(client, url, key_b, model, args.b_requests)
+        loaded = await interactive(client, url, key_b, model, args.b_requests, args.b_every_s)
         b_done = time.perf_counter() - flood_started
         results = await asyncio.gather(*flood)
         flood_s = time.perf_counter() - flood_started
+    failed = sum(1 for x in unloaded + loaded if x is None)
+    unloaded = [x for x in unloaded if x is not None]
+    loaded = [x for x in loaded if x is not None]
     p50_unloaded, p50_loaded = statistics.median(unloaded), statistics.median(loaded)
     out = {
+        "b_failed": failed,
         "b_ttft_p50_unloaded_s": round(p50_unloaded, 4),
         "b_ttft_p50_loaded_s": round(p50_loaded, 4),
         "b_ttft_ratio": round(p50_loaded / p50_unloaded, 2),
@@ -159,6 +166,7 @@ def main() -> None:
     parser.add_argument("--a-requests", type=int, default=64)
     parser.add_argument("--a-tokens", type=int, default=128)
     parser.add_argument("--b-requests", type=int, default=12)
+    parser.add_argument("--b-every-s", type=float, default=2.0, help="B sends one request this often")
     parser.add_argument("--slots", type=int, default=8, help="the replica's --max-num-seqs")
     parser.add_argument("--configs", default="fcfs,fair")
     args = parser.parse_args()

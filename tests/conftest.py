@@ -21,6 +21,7 @@ LONGEST_FIRST = (
     "test_readme.py", "optimize/test_speculative.py", "gateway/test_slow_stream.py", "serve/test_errors.py",
     "serve/test_fuzz.py", "gateway/test_schema_fuzz.py", "gateway/test_external_variants.py",
     "gateway/test_fleet_live.py",
+    "gateway/test_tenants_live.py",
 )  # fmt: skip
 
 

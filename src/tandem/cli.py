@@ -45,10 +45,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "tandem.optimize.cli:bench_command",
         "Run one trace-shaped workload through each recipe and through transformers; print ratios.",
     ),
-    "keys": ("tandem.gateway.tenant_cli:keys_command", "API keys for the gateway's tenants file: `tandem keys new`."),
+    "keys": ("tandem.gateway.tenant_cli:keys_command", "API keys for the gateway's tenants file (tandem keys new)."),
     "usage": (
         "tandem.gateway.tenant_cli:usage_command",
-        "What each tenant used (requests, tokens, replica-seconds, dollars) from the gateway's usage ledger.",
+        "What each tenant used per model and variant: requests, tokens, replica-seconds, dollars.",
     ),
 }
 

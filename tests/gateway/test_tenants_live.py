@@ -183,7 +183,7 @@ def test_admin_usage_equals_what_the_clients_received_and_no_key_is_shown_or_log
         if row["tenant"] == "alpha":
             for code, n in row["requests_by_status"].items():
                 statuses[code] += n
-    assert statuses["200"] == 3
+    assert statuses["200"] == 3 and statuses["429"] == 1  # the refusal is on its bill too
     assert any(row["replica_seconds"] > 0 and row["dollars"] > 0 for row in usage["rows"] if row["tenant"] == "beta")
     beta = httpx.get(gw.url + "/admin/usage", params={"tenant": "beta"}, headers=alpha, timeout=30).json()
     assert {row["tenant"] for row in beta["rows"]} == {"beta"}

@@ -9,11 +9,12 @@ waiting after none of its requests waited has its counter lifted to the smallest
 tenants waiting (or, when none waits, to the largest): so service a tenant did not ask for is never
 banked as credit against the others, and a flooder cannot starve a tenant that arrives later.
 
-The bound (the paper's Theorem 4.3, VTC with a fixed batch): over any interval in which two
-tenants of one priority class both have requests waiting, the service they received (in these
-weighted tokens) differs by at most 2U, where U = w_p * L_in + w_q * M, L_in the longest prompt and
-M the most tokens a replica's batch holds; here, where the gateway dispatches up to
-`max_inflight_per_replica` requests per replica, M is that many requests' output tokens.
+The bound (the paper's fairness theorem for VTC): over any interval in which two tenants of one
+priority class both have requests waiting, the service they received (in these weighted tokens)
+differs by at most 2U, U the most service credited to one tenant at once (w_p * L_in for the
+longest prompt, or w_q * M for one step's output, M the most tokens a batch holds; U <= w_p * L_in
++ w_q * M); here the gateway dispatches up to `max_inflight_per_replica` requests per replica,
+which bounds M.
 
 Strict priority between classes: a lower class is served only when no request of a higher one
 waits (it may starve under a flood of the higher class; that is what priority means). Pure: no

@@ -55,7 +55,7 @@ def _reload(tenancy: Tenancy) -> None:
 
 @click.group("keys")
 def keys_command() -> None:
-    """API keys for the tenants file."""
+    """API keys for the gateway's tenants file (tandem keys new)."""
 
 
 @keys_command.command("new")

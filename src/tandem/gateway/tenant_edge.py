@@ -98,6 +98,8 @@ class TenantLimitsMiddleware:
         payload = parsed_body(scope)
         error = self._refusal(tenant, payload)
         if error is not None:
+            if self.tenancy.usage is not None:  # counted per tenant: a 429 is part of its bill's story
+                self.tenancy.usage.refused(tenant, payload, error.status)
             await error_response(error)(scope, receive, send)
             return
         limiter = self.tenancy.limiter

@@ -222,6 +222,13 @@ class UsageObserver:
         stream = bool(payload.get("stream")) if isinstance(payload, dict) else False
         return _Request(self, tenant, model if isinstance(model, str) else "", stream, estimate_prompt_tokens(payload))
 
+    def refused(self, tenant: Tenant, payload: Any, status: int) -> None:
+        """A request the gateway refused for the tenant's limits or models (never sent to a replica)."""
+        model = payload.get("model") if isinstance(payload, dict) else None
+        label = model if isinstance(model, str) and model in self.known_models else OTHER_MODEL
+        self.metrics.requests.labels(tenant.name, label, str(status)).inc()
+        self.tenancy.ledger.record(UsageRecord(self.wall(), tenant.name, label, "none", status, 1))
+
     def variant_of(self, url: str) -> str | None:
         return self.urls().get(url)
 

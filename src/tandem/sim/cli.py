@@ -143,6 +143,13 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
     "prefix-affinity, kv-aware (a Mooncake trace's hash_ids give the replicas a prefix block cache), ...",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic trace.")
+@click.option(
+    "--tenant-mix",
+    default=None,
+    metavar="NAME:SHARE[:PRIORITY],...",
+    help="Draw each request into a priority class (interactive:0.3,batch:0.7), admit higher classes first at the "
+    "gateway, and report SLO attainment per class.",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, writable=True), default=None)
@@ -166,6 +173,7 @@ def sim_command(
     admission_cap,
     routers,
     seed,
+    tenant_mix,
     json_path,
     plot_path,
     report_path,
@@ -225,6 +233,10 @@ def sim_command(
             if contexts:
                 trace, length_scale = fit(trace, min(contexts))
         trace = compress(trace, rate_scale)
+        if tenant_mix:
+            from tandem.sim.tenant_mix import assign_classes, parse_tenant_mix
+
+            trace = assign_classes(trace, parse_tenant_mix(tenant_mix), seed)
         node = None
         if node_memory_gb is not None:
             node = NodeShape(int(node_memory_gb * 2**30), node_accelerators)
@@ -281,6 +293,10 @@ def sim_command(
     out = Console(width=None if sys.stdout.isatty() else 160)  # a pipe or a file gets every column
     for table in results_tables(rows, title):
         out.print(table)
+    for row in rows:
+        if row.get("slo_attainment_by_class"):
+            shares = ", ".join(f"{name} {met:.1%}" for name, met in row["slo_attainment_by_class"].items())
+            out.print(f"SLO met per class, {row['variant']} / {row['policy']}: {shares}")
     for line in attribution:
         out.print(f"Data: {line}")
     console.print(f"{len(rows)} simulations in {wall:.1f} s: {simulated / wall:,.0f} simulated seconds per wall second")

@@ -48,6 +48,7 @@ from tandem.schedule.variant import Variant
 from tandem.sim.oracle import oracle_params
 from tandem.sim.simulator import SimConfig, SimResult, simulate
 from tandem.sim.sizing import StaticSizing, demand_series, quiet_demand, static_peak_replicas, trace_capacity
+from tandem.sim.tenant_mix import attainment_by_class
 from tandem.sim.trace import TraceRequest
 
 __all__ = ["POLICY_NAMES", "PairResult", "SimVariant", "Slo", "describe_source", "run_experiment", "run_pair"]
@@ -119,6 +120,7 @@ class PairResult:
             "min_replicas": sim.min_live or 0,
             "slo_attainment": sim.slo_attainment,
             "prefix_hit_rate": sim.prefix_hit_rate,
+            "slo_attainment_by_class": attainment_by_class(sim.requests, sim.meets_slo) or None,
             "ttft_p50_s": sim.quantile("ttft", 0.5),
             "ttft_p99_s": sim.quantile("ttft", 0.99),
             "tpot_p50_s": sim.quantile("tpot", 0.5),

@@ -42,6 +42,8 @@ class SimSequence:
     finished_s: float | None = None
     blocks: tuple[int, ...] = ()  # the prompt's prefix block ids (a trace's hash_ids)
     cached_tokens: int = 0  # prompt tokens the replica's block cache held when it was admitted
+    tenant_class: str | None = None  # --tenant-mix's class (tandem.sim.tenant_mix)
+    priority: int = 0  # higher first at the gateway's buffer
 
     @property
     def kv_tokens(self) -> int:

@@ -201,9 +201,10 @@ def simulate(
         controller.tick()
         clock.now += config.tick_s
     arrivals = deque(
-        (SimSequence(r.arrival_s, r.prompt_tokens, r.output_tokens, blocks=r.blocks), r.arrival_s >= 0)
+        (SimSequence(r.arrival_s, r.prompt_tokens, r.output_tokens, blocks=r.blocks, tenant_class=r.tenant_class,
+                     priority=r.priority), r.arrival_s >= 0)
         for r in (*warmup, *trace)
-    )
+    )  # fmt: skip
     in_flight = 0  # requests arrived and not finished (or lost)
     next_tick, end = clock.now, duration + config.tail_s
     nodes_cache: dict[int, int] = {}
@@ -211,7 +212,7 @@ def simulate(
         now, dt = clock.now, config.dt_s
         while arrivals and arrivals[0][0].arrival_s < now + dt:
             seq, counted = arrivals.popleft()
-            gateway.append(seq)
+            _enqueue(gateway, seq)
             demand.arrive(variant.name, seq.arrival_s, seq.prompt_tokens)
             in_flight += 1
             if counted:
@@ -258,6 +259,15 @@ def simulate(
             break
     result.sim_seconds = clock.now - start
     return result
+
+
+def _enqueue(gateway: deque, seq: SimSequence) -> None:
+    """Behind every buffered request of its priority or a higher one (higher first, as the gateway's queue)."""
+    if not gateway or gateway[-1].priority >= seq.priority:
+        gateway.append(seq)
+        return
+    at = next(i for i, s in enumerate(gateway) if s.priority < seq.priority)
+    gateway.insert(at, seq)
 
 
 def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_of, sim_of, now: float) -> None:

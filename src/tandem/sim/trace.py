@@ -36,6 +36,8 @@ class TraceRequest:
     prompt_tokens: int
     output_tokens: int
     blocks: tuple[int, ...] = ()  # the prompt's prefix block ids (Mooncake's hash_ids), when the trace has them
+    tenant_class: str | None = None  # --tenant-mix's class (tandem.sim.tenant_mix)
+    priority: int = 0  # higher first at the gateway's buffer
 
 
 def default_trace_path() -> Path:
