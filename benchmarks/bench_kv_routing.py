@@ -17,9 +17,9 @@ reused is the previous prompt, which is what the block cache holds.) Routers:
 - `least-outstanding`: the replica with fewer requests in flight, prefixes ignored.
 
 Rounds interleave the routers (this machine is shared; its load drifts); each router reports its
-median over rounds of TTFT p50 and p99 and output tokens/s, and the replicas' prefix-cache hit rate
-(prompt tokens served from the cache / prompt tokens, from their /metrics). Writes
-benchmarks/results/kv_routing.json.
+median over rounds of TTFT p50 and p99 and output tokens/s, and the prefix hit rate: prompt tokens
+the replicas served from their cache / prompt tokens, from each answer's
+`usage.prompt_tokens_details.cached_tokens`. Writes benchmarks/results/kv_routing.json.
 
     python benchmarks/bench_kv_routing.py [--rounds 1] [--conversations 24] [--turns 4] [--clients 6]
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import signal
 import statistics
@@ -38,9 +39,9 @@ import time
 from pathlib import Path
 
 import httpx
-from bench_prefix_affinity import prefix_counters, replica_urls, start_gateway, system_prompts
+from bench_prefix_affinity import start_gateway, system_prompts
 from common import load_average, record
-from load_test import one_request, summarize
+from load_test import RequestRecord, summarize
 
 ROUTERS = ("kv-aware", "prefix-affinity", "least-outstanding")
 QUESTIONS = ["What does the function above return?", "List its inputs.", "Is there a bug?", "Write a test for it.",
@@ -71,7 +72,39 @@ def deployment(router: str, args: argparse.Namespace) -> dict:
     return {"threads": args.threads, "policy": {"name": "hpa"}, "router": {"name": router}, "variants": [variant]}
 
 
-async def closed_loop(url: str, convs: list[list[str]], clients: int, max_tokens: int) -> list:
+async def one_turn(client: httpx.AsyncClient, url: str, body: dict, index: int, usage: list) -> RequestRecord:
+    """One streamed completion; its usage (prompt tokens, cached prompt tokens) appended to `usage`."""
+    start, first, tokens, error = time.perf_counter(), None, 0, None
+    try:
+        async with client.stream("POST", url + "/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                error = f"HTTP {response.status_code}: {(await response.aread()).decode()[:200]}"
+            else:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[len("data: ") :])
+                    if "error" in chunk:
+                        error = f"error event: {chunk['error']['message']}"
+                        break
+                    if chunk["choices"] and first is None:
+                        first = time.perf_counter()
+                    if chunk.get("usage"):
+                        use = chunk["usage"]
+                        tokens = use["completion_tokens"]
+                        cached = (use.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                        usage.append((use["prompt_tokens"], cached))
+    except (httpx.HTTPError, json.JSONDecodeError, KeyError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    end = time.perf_counter()
+    if error is None and tokens != body["max_tokens"]:
+        error = f"expected {body['max_tokens']} tokens, got {tokens}"
+    return RequestRecord(
+        index, error is None, error, start, None if first is None else first - start, end - start, tokens
+    )
+
+
+async def closed_loop(url: str, convs: list[list[str]], clients: int, max_tokens: int, usage: list) -> list:
     queue = list(convs)
     records = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -84,7 +117,7 @@ async def closed_loop(url: str, convs: list[list[str]], clients: int, max_tokens
                         "model": "bench", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
                         "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
                     }  # fmt: skip
-                    records.append(await one_request(client, url, body, index))
+                    records.append(await one_turn(client, url, body, index, usage))
 
         await asyncio.gather(*(worker(i) for i in range(clients)))
     return records
@@ -93,23 +126,20 @@ async def closed_loop(url: str, convs: list[list[str]], clients: int, max_tokens
 def run_once(router: str, args: argparse.Namespace, convs: list[list[str]]) -> dict:
     work = Path(tempfile.mkdtemp(prefix="tandem-kv-bench-"))
     proc, url = start_gateway(deployment(router, args), work)
+    usage: list[tuple[int, int]] = []
     try:
-        replicas = replica_urls(proc.pid)
-        before = [prefix_counters(u) for u in replicas]
         started = time.perf_counter()
-        records = asyncio.run(closed_loop(url, convs, args.clients, args.max_tokens))
+        records = asyncio.run(closed_loop(url, convs, args.clients, args.max_tokens, usage))
         summary = summarize(records, time.perf_counter() - started)
-        after = [prefix_counters(u) for u in replicas]
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
-    counters = [(q1 - q0, h1 - h0) for (q0, h0), (q1, h1) in zip(before, after, strict=True)]
-    queries, hits = sum(q for q, _ in counters), sum(h for _, h in counters)
-    summary["prefix_cache_hit_rate"] = hits / queries if queries else None
-    summary["replica_prompt_tokens"] = [q for q, _ in counters]  # how the router split the work
+    prompt, cached = sum(p for p, _ in usage), sum(c for _, c in usage)
+    summary["prefix_cache_hit_rate"] = cached / prompt if prompt else None
+    summary["prompt_tokens"], summary["cached_prompt_tokens"] = prompt, cached
     s = summary
     rate = "n/a" if s["prefix_cache_hit_rate"] is None else f"{s['prefix_cache_hit_rate']:.0%}"
     print(

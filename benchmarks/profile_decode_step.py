@@ -50,11 +50,11 @@ def profile(model_dir: Path, recipe: str, threads: int, samples: int) -> dict:
     module, runner = optimized.model.module, engine.runner
     seq = engine.batcher.running[0]
     step = fastest(engine.step, samples)
-    slot, pos = seq.slot, seq.num_computed
-    batch = ForwardBatch.build([[5]], [slot], [pos], None, 1, runner.kernels)
+    table, pos, size = seq.block_table, seq.num_computed, runner.block_size
+    batch = ForwardBatch.build([[5]], [table], [pos], size, None, 1, runner.kernels)
     with torch.inference_mode():
-        forward = fastest(lambda: runner.forward_scored([[5]], [slot], [pos], [1]), samples)
-        build = fastest(lambda: ForwardBatch.build([[5]], [slot], [pos], None, 1, runner.kernels), samples)
+        forward = fastest(lambda: runner.forward_scored([[5]], [table], [pos], [1]), samples)
+        build = fastest(lambda: ForwardBatch.build([[5]], [table], [pos], size, None, 1, runner.kernels), samples)
         module(batch.tokens, runner.cache, batch)
         plan = module._decode_plan[1] if module._decode_plan else None
         hidden = module(batch.tokens, runner.cache, batch)

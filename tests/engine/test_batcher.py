@@ -1,9 +1,10 @@
-"""Batcher: FCFS admission into KV slots (one request's choices yielding to others past their share),
-chunked prefill under a budget, slots freed at once."""
+"""Batcher: FCFS admission into running slots and KV blocks (one request's choices yielding to others
+past their share), chunked prefill under a budget, cached prefix blocks shared, slots and blocks
+freed at once."""
 
 import pytest
 
-from tandem.engine.batcher import Batcher, KVCopy
+from tandem.engine.batcher import Batcher
 from tandem.engine.outputs import RequestMetrics
 from tandem.engine.sampling_params import SamplingParams
 from tandem.engine.sequence import Sequence
@@ -94,27 +95,50 @@ def test_lowest_free_slot_is_reused_first_to_keep_the_batch_compact():
     assert late.slot == 0
 
 
-def test_a_cached_prefix_skips_prefill_and_a_running_ones_is_copied_in_the_plan():
-    b = Batcher(num_slots=3, max_prefill_tokens=100, prefix_caching=True, block_size=4)
+def test_a_cached_prefix_skips_prefill_and_shares_the_running_sequences_blocks():
+    b = Batcher(num_slots=3, max_prefill_tokens=100, prefix_caching=True, block_size=4, num_blocks=32)
     first = seq("first", prompt_len=10)
     b.add(first)
     b.schedule()
+    assert len(first.block_table) == 3  # 10 prompt tokens in blocks of 4
     first.num_computed = 10  # the engine ran the whole prompt and sampled a token
     first.append(7)
     second = seq("second", prompt_len=10)  # the same prompt, while the first still runs
     b.add(second)
+    free_before = b.kv.num_free_blocks
     plan = b.schedule()
-    assert plan.copies == [KVCopy(first.slot, second.slot, 8)] and second.slot != first.slot
+    # Two full blocks (8 tokens) shared, not copied: the second takes one new block for tokens 8-9,
+    # the first one more for its fed token (position 10 is in its third block already).
+    assert second.block_table[:2] == first.block_table[:2] and second.block_table[2] != first.block_table[2]
+    assert b.kv.num_free_blocks == free_before - 1
     assert second.num_computed == second.num_cached_tokens == 8
     assert [(s.request_id, n) for s, n in plan.prefill] == [("second", 2)] and plan.decode == [first]
-    first_slot = first.slot
+    shared = first.block_table[:2]
     first.finish("stop")
     b.release_finished()
+    assert [b.kv.pool.ref_count(x) for x in shared] == [1, 1]  # still the second's
     third = seq("third", prompt_len=10)
     b.add(third)
-    plan = b.schedule()
-    assert third.slot == first_slot and not plan.copies  # adopted in place: nothing to copy
-    assert b.prefix_cache.num_hit_tokens == 16
+    b.schedule()
+    assert third.block_table[:2] == shared and b.kv.num_hit_tokens == 16
+
+
+def test_the_head_of_the_queue_waits_until_the_pool_can_promise_its_blocks():
+    b = Batcher(num_slots=4, max_prefill_tokens=100, block_size=4, num_blocks=6)
+    big, small = seq("big", prompt_len=10, max_tokens=6), seq("small", prompt_len=2, max_tokens=1)
+    b.add(big)
+    b.schedule()
+    assert b.kv.reserved == 1 and b.kv.num_available_blocks == 2  # 16 tokens: 4 blocks, 3 taken by the prompt
+    late = seq("late", prompt_len=8, max_tokens=4)  # needs 3 blocks: more than the pool can promise
+    b.add(late)
+    b.add(small)
+    b.schedule()
+    assert late.slot is None and small.slot is None and list(b.waiting) == [late, small]  # FCFS: small waits too
+    big.finish("stop")
+    b.release_finished()
+    assert b.kv.num_available_blocks == 6 and b.kv.reserved == 0
+    b.schedule()
+    assert late.slot is not None and small.slot is not None
 
 
 def grouped(rid, group):

@@ -40,9 +40,10 @@ def test_cached_incremental_logits_match_transformers(pairs, arch):
     engine = Engine(ours, EngineConfig(max_model_len=64, kv_cache_tokens=64 * 3))
     ids = tokens[0].tolist()
     runner = engine.runner
-    rows = [runner.forward([ids[:16]], [1], [0], last_only=False)[0]]
-    rows.append(runner.forward([ids[16:30]], [1], [16], last_only=False)[0])
-    rows += [runner.forward([[t]], [1], [i], last_only=False)[0] for i, t in enumerate(ids[30:], start=30)]
+    table = [7, 2, 11, 4]  # 64 positions in blocks of 16, scattered in the pool
+    rows = [runner.forward([ids[:16]], [table], [0], last_only=False)[0]]
+    rows.append(runner.forward([ids[16:30]], [table], [16], last_only=False)[0])
+    rows += [runner.forward([[t]], [table], [i], last_only=False)[0] for i, t in enumerate(ids[30:], start=30)]
     actual = torch.cat(rows)
     assert torch.allclose(actual, expected, atol=1e-4, rtol=0), (actual - expected).abs().max()
 

@@ -35,11 +35,13 @@ def _decode_predictions(recipe: str, windows: list[list[int]], prompt_len: int) 
     """Prefill each window's first prompt_len tokens, then feed the rest one token per step (all
     windows as one batch, reading the cache): the argmax after every fed token."""
     engine = Engine(apply_recipe(load_model(default_model_dir()), recipe), EngineConfig(max_num_seqs=len(windows)))
-    runner, slots = engine.runner, list(range(len(windows)))
-    runner.forward([w[:prompt_len] for w in windows], slots, [0] * len(windows), last_only=True)
+    runner = engine.runner
+    per_window = -(-len(windows[0]) // runner.block_size)
+    tables = [list(range(i * per_window, (i + 1) * per_window)) for i in range(len(windows))]
+    runner.forward([w[:prompt_len] for w in windows], tables, [0] * len(windows), last_only=True)
     predictions = []
     for pos in range(prompt_len, len(windows[0])):
-        logits = runner.forward([[w[pos]] for w in windows], slots, [pos] * len(windows), last_only=True)
+        logits = runner.forward([[w[pos]] for w in windows], tables, [pos] * len(windows), last_only=True)
         predictions.append(logits.argmax(-1))
     return torch.stack(predictions)
 

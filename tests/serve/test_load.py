@@ -21,11 +21,12 @@ def test_load_reports_what_runs_and_waits_and_the_kv_in_use(server):
     assert idle == {
         "replica_id": f"127.0.0.1:{server.port}", "region": "local", "variant": "baseline",
         "running": 0, "waiting": 0, "kv_used": 0.0, "healthy": True, "source": "tandem",
+        "block_size": 16, "hash_seed": 0,
     }  # fmt: skip
     stop = threading.Event()
     started = threading.Semaphore(0)
 
-    def stream() -> None:  # holds a KV slot until told to leave
+    def stream() -> None:  # runs (holding its KV blocks) until told to leave
         with httpx.stream("POST", server.url + "/v1/completions", json=LONG, timeout=60) as response:
             for _ in response.iter_lines():
                 started.release()
@@ -40,7 +41,8 @@ def test_load_reports_what_runs_and_waits_and_the_kv_in_use(server):
         while not (busy["running"] == 8 and busy["waiting"] == 2):
             assert time.monotonic() < deadline, f"never saw 8 running and 2 waiting: {busy}"
             busy = _load(server)
-        assert busy["kv_used"] == 1.0 and busy["healthy"]
+        # The blocks the eight short sequences hold, not their slots: a small fraction of the pool.
+        assert 0.0 < busy["kv_used"] < 0.5 and busy["healthy"]
     finally:
         stop.set()
         for client in clients:

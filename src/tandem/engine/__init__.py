@@ -1,4 +1,5 @@
-"""tandem.engine: one replica's execution: continuous batching over KV slots, sampling, async serving."""
+"""tandem.engine: one replica's execution: continuous batching over a paged KV cache (shared prefix
+blocks), sampling, async serving."""
 
 from tandem.engine.async_engine import AsyncEngine
 from tandem.engine.batcher import Batcher, StepPlan

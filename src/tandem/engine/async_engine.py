@@ -2,7 +2,7 @@
 
 The engine is not thread-safe, so only the step thread touches it: callers hand it commands (add,
 abort) through a queue, and outputs travel back to each caller's event loop. Cancelling the
-iterator (a client went away) aborts the request, which frees its KV slot at the next step.
+iterator (a client went away) aborts the request, which frees its KV blocks at the next step.
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 A step has three phases, as nano-vllm's engine reads:
 
-1. schedule: the Batcher (no torch) admits waiting requests into KV slots (through the prefix
-   cache), picks this step's prompt chunks and decoding rows, and the speculator (if any) drafts
-   tokens for the decoding rows it chooses;
-2. run: the ModelRunner (no queues) copies cached prefixes between slots, then runs the prompt
-   chunks, the decode rows and the rows verifying proposals in one ragged forward;
+1. schedule: the Batcher (no torch) admits waiting requests (each gets the cached KV blocks its
+   prompt starts with, and a reservation of blocks), picks this step's prompt chunks and decoding
+   rows, and the speculator (if any) drafts tokens for the decoding rows it chooses;
+2. run: the ModelRunner (no queues) runs the prompt chunks, the decode rows and the rows verifying
+   proposals in one ragged forward over the paged KV cache, each row through its block table;
 3. post-process: prompt logprobs, sampling or verification, stop rules, outputs, and finished
-   sequences' slots handed back.
+   sequences' blocks handed back (their full blocks stay cached).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tandem.engine.batcher import Batcher, StepPlan
 from tandem.engine.errors import PromptTooLongError, RequestError
 from tandem.engine.grammar import GrammarCompiler
 from tandem.engine.grammar_mask import apply_grammars
+from tandem.engine.kv_event_log import KVEventLog
 from tandem.engine.model_runner import ModelRunner
 from tandem.engine.outputs import RequestMetrics, RequestOutput
 from tandem.engine.processor_tables import ProcessorTables, prepare_tables
@@ -45,13 +46,14 @@ __all__ = ["Engine", "EngineConfig", "RequestError", "PromptTooLongError"]
 @dataclass(frozen=True)
 class EngineConfig:
     max_model_len: int | None = None  # context limit per sequence; default min(model's, 2048)
-    kv_cache_tokens: int = 32768  # KV memory budget in tokens, preallocated as slots of max_model_len
+    kv_cache_tokens: int = 32768  # KV memory budget in tokens, preallocated as blocks of prefix_block_size
     max_num_seqs: int = 64  # upper bound on concurrently running sequences
     max_prefill_tokens: int = 512  # prompt tokens prefilled per step, so long prompts don't stall decode
     num_threads: int | None = None  # torch threads for this engine; default all cores
-    enable_prefix_caching: bool = True  # reuse the KV of identical prompt prefixes (tandem.engine.prefix_cache)
-    prefix_block_size: int = 16  # tokens per cached block: prefixes are matched in whole blocks
-    # The most of the KV slots one request's sequences (its choices) hold while others wait for one
+    enable_prefix_caching: bool = True  # share the KV blocks of identical prompt prefixes (tandem.engine.kv_blocks)
+    prefix_block_size: int = 16  # tokens per KV block: prefixes are matched and shared in whole blocks
+    kv_hash_seed: int = 0  # the seed of the blocks' hash chain (tandem.contracts.kv_block_hash), in GET /load
+    # The most of the running slots one request's sequences (its choices) hold while others wait for one
     # (tandem.engine.batcher); sequences without a request group are not limited.
     max_request_share: float = 0.25
 
@@ -87,20 +89,33 @@ class Engine:
         self.config = config = config or EngineConfig()
         torch.set_num_threads(config.num_threads or os.cpu_count() or 1)
         self.max_model_len = config.resolve_max_len(model.config.max_position_embeddings)
-        num_slots = min(config.max_num_seqs, config.kv_cache_tokens // self.max_model_len)
-        if num_slots < 1:
+        block_size = config.prefix_block_size
+        if block_size < 1:
+            raise ValueError(f"prefix_block_size must be >= 1, got {block_size}")
+        num_blocks = config.kv_cache_tokens // block_size
+        if num_blocks * block_size < self.max_model_len:
             raise ValueError(
                 f"kv_cache_tokens {config.kv_cache_tokens} is below max_model_len {self.max_model_len}: "
                 "no sequence would fit"
             )
+        # Sequences running at once: as many as could each grow to the whole context (so the serving
+        # layer's admission and a draft model's per-slot cache keep their bounds); the blocks they
+        # hold are what they use, and cached prefixes live in every block no sequence holds.
+        num_slots = min(config.max_num_seqs, num_blocks * block_size // self.max_model_len)
         kv_dtype = _kv_dtype(optimized.kv_cache_dtype)
-        self.runner = ModelRunner(model.module, num_slots, self.max_model_len, kv_dtype)
+        self.runner = ModelRunner(model.module, num_blocks, block_size, self.max_model_len, kv_dtype)
+        # Every block the cache stores or evicts, numbered (GET /kv/events); numbers start at the
+        # wall-clock microseconds, so a reader's position from before a restart reads as a reset.
+        self.kv_events = KVEventLog(block_size, config.kv_hash_seed, first_seq=time.time_ns() // 1000)
         self.batcher = Batcher(
             num_slots,
             config.max_prefill_tokens,
             config.enable_prefix_caching,
-            config.prefix_block_size,
+            block_size,
             max_group_share=config.max_request_share,
+            num_blocks=num_blocks,
+            hash_seed=config.kv_hash_seed,
+            events=self.kv_events,
         )
         self.clock = clock
         self._eos = frozenset(model.eos_token_ids)
@@ -220,7 +235,7 @@ class Engine:
         return prepare_tables(params, self._eos, lambda w: encode(w, add_special_tokens=False))
 
     def abort(self, request_id: str) -> bool:
-        """Stop a request now; its KV slot is free for the next step. False if it was not live."""
+        """Stop a request now; its KV blocks are free for the next step. False if it was not live."""
         seq = self.batcher.abort(request_id)
         if seq is None:
             return False
@@ -240,8 +255,18 @@ class Engine:
 
     @property
     def kv_used(self) -> float:
-        """The fraction of the KV cache held by running sequences (slots in use / slots); GET /load reports it."""
-        return len(self.batcher.running) / self.batcher.num_slots
+        """The fraction of the KV cache's blocks held by running sequences (a shared block counts
+        once; cached blocks nobody holds are free); GET /load reports it."""
+        pool = self.batcher.kv.pool
+        return pool.num_used_blocks / pool.num_blocks
+
+    @property
+    def kv_block_size(self) -> int:
+        return self.batcher.kv.block_size
+
+    @property
+    def kv_hash_seed(self) -> int:
+        return self.batcher.kv.hash_seed
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -267,7 +292,7 @@ class Engine:
         tokens (last token + proposals, all scored)."""
         now = self.clock()
         num_prefill = sum(chunk for _, chunk in plan.prefill)
-        batch = StepBatch(plan.prefill, plan.decode, plan.copies, self._propose(plan.decode, num_prefill))
+        batch = StepBatch(plan.prefill, plan.decode, self._propose(plan.decode, num_prefill))
         batch.draft_seconds = self.clock() - now
         for seq, chunk in plan.prefill:
             if seq.metrics.first_scheduled_time is None:
@@ -277,6 +302,8 @@ class Engine:
             batch.add_row(seq, seq.prompt_ids[seq.num_computed : seq.num_computed + chunk], scored)
         for seq, proposal in zip(plan.decode, batch.proposals, strict=True):
             row = [seq.output_ids[-1], *(proposal.tokens if proposal else ())]
+            if proposal:
+                self.batcher.grow(seq, seq.num_computed + len(row))  # blocks for the proposals' positions
             batch.add_row(seq, row, len(row))
         return batch
 
@@ -287,7 +314,7 @@ class Engine:
         if not decode or spec is None:
             return proposals
         lengths = spec.draft_lengths(decode, num_prefill_tokens)
-        # Each row writes k + 1 positions from its last token: stay inside the slot, and draft no more
+        # Each row writes k + 1 positions from its last token: stay inside the context, and draft no more
         # than the request can still emit (a step emits up to k + 1 tokens).
         lengths = [
             max(0, min(k, self.max_model_len - s.length, s.params.max_tokens - len(s.output_ids) - 1))
@@ -310,9 +337,7 @@ class Engine:
     # 2. run
 
     def _run(self, batch: StepBatch) -> list[torch.Tensor]:
-        for copy in batch.copies:
-            self.runner.copy_prefix(copy.src_slot, copy.dst_slot, copy.num_tokens)
-        return self.runner.forward_scored(batch.rows, batch.slots, batch.starts, batch.scored)
+        return self.runner.forward_scored(batch.rows, batch.tables, batch.starts, batch.scored)
 
     # 3. post-process
 
@@ -464,12 +489,12 @@ class Engine:
     @property
     def prefix_cache_queries(self) -> int:
         """Prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries)."""
-        return self.batcher.prefix_cache.num_queried_tokens
+        return self.batcher.kv.num_queried_tokens
 
     @property
     def prefix_cache_hits(self) -> int:
         """Of those, tokens whose keys and values were reused (vLLM's prefix_cache_hits)."""
-        return self.batcher.prefix_cache.num_hit_tokens
+        return self.batcher.kv.num_hit_tokens
 
     # -- convenience --------------------------------------------------------------------------
 

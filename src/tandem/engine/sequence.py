@@ -1,4 +1,4 @@
-"""Sequence: one request's state inside the engine (tokens, slot, progress, stop checks). No torch."""
+"""Sequence: one request's state inside the engine (tokens, KV blocks, progress, stop checks). No torch."""
 
 from __future__ import annotations
 
@@ -43,8 +43,15 @@ class Sequence:
     max_len: int  # the context limit: prompt + output never exceed it
     metrics: RequestMetrics
     status: SequenceStatus = SequenceStatus.WAITING
-    slot: int | None = None
-    num_computed: int = 0  # tokens whose keys/values are in the KV slot
+    slot: int | None = None  # the sequence's index among the running ones (a draft model's own KV slot)
+    num_computed: int = 0  # tokens whose keys/values are in the KV cache
+    # The paged KV cache (tandem.engine.kv_blocks): the blocks holding the sequence's positions, the
+    # hash chain of its full blocks (as far as computed), how many of its blocks are registered in
+    # the block cache, and how many more blocks it was promised at admission.
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    num_registered_blocks: int = 0
+    blocks_promised: int = 0
     num_cached_tokens: int = 0  # prompt tokens taken from the prefix cache at admission
     output_ids: list[int] = field(default_factory=list)
     text: str = ""  # decoded output, including text held back for stop-string matching
@@ -81,12 +88,12 @@ class Sequence:
 
     @property
     def in_prefill(self) -> bool:
-        """True until every prompt token is in the KV slot and the first token is sampled."""
+        """True until every prompt token is in the KV cache and the first token is sampled."""
         return not self.output_ids
 
     @property
     def prefilled(self) -> bool:
-        """Every prompt token's keys and values are in the slot."""
+        """Every prompt token's keys and values are in the KV cache."""
         return self.num_computed >= len(self.prompt_ids)
 
     @property

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tandem.engine.batcher import KVCopy
 from tandem.engine.sequence import Sequence
 from tandem.engine.speculation import Proposal
 
@@ -17,10 +16,9 @@ class StepBatch:
 
     prefill: list[tuple[Sequence, int]]
     decode: list[Sequence]
-    copies: list[KVCopy]
     proposals: list[Proposal | None]  # per decode row
     rows: list[list[int]] = field(default_factory=list)  # prefill rows first, then decode rows
-    slots: list[int] = field(default_factory=list)
+    tables: list[list[int]] = field(default_factory=list)  # each row's block table
     starts: list[int] = field(default_factory=list)
     scored: list[int] = field(default_factory=list)
     started: float = 0.0  # when the step began, on the engine's clock
@@ -31,7 +29,7 @@ class StepBatch:
 
     def add_row(self, seq: Sequence, tokens: list[int], scored: int) -> None:
         self.rows.append(tokens)
-        self.slots.append(seq.slot)
+        self.tables.append(seq.block_table)
         self.starts.append(seq.num_computed)
         self.scored.append(scored)
 

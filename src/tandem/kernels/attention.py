@@ -1,8 +1,9 @@
-"""Varlen decode attention over a KV cache: each row reads only its own keys.
+"""Varlen decode attention over a paged KV cache: each row reads only its own keys, through its block table.
 
-The torch path (tandem.model.transformer) gathers rows of equal width over a contiguous slot range
-and masks: rows of mixed lengths then read (and discard) each other's padding, and one call per
-width. This kernel takes every cached row in one call, whatever its length or number of new tokens.
+The cache is a pool of fixed-size blocks ([blocks, kv_heads, block_size, head_dim] per layer); a
+row's keys are wherever its sequence's block table says (blocks shared by sequences with one prefix
+are read in place). The torch path (tandem.model.transformer) gathers the rows' blocks and masks;
+this kernel takes every cached row in one call, whatever its length or number of new tokens.
 """
 
 from __future__ import annotations
@@ -22,22 +23,28 @@ def varlen_attention(
     values: torch.Tensor,
     offsets: torch.Tensor,
     lengths: torch.Tensor,
-    slots: torch.Tensor,
+    tables: torch.Tensor,
     starts: torch.Tensor,
     sliding_window: int | None = None,
 ) -> torch.Tensor:
     """q: [N, heads, head_dim], the new tokens of every row laid out flat; row r's lengths[r] tokens
-    start at q[offsets[r]] and sit at positions starts[r].. of KV slot slots[r], whose keys and values
-    (keys/values: [slots, kv_heads, max_len, head_dim], float32 or bfloat16) already hold them.
+    start at q[offsets[r]] and sit at positions starts[r].. of its sequence, whose position p is in
+    block tables[r, p // block_size] at offset p % block_size (keys/values: [blocks, kv_heads,
+    block_size, head_dim], float32 or bfloat16; tables: [R, W] long, W blocks covering every row's
+    starts[r] + lengths[r] positions), the new tokens' keys and values already written.
     Returns [N, heads, head_dim] in q's dtype: causal attention of each token over its row's keys."""
     library = kernel_library()
     if library is None:
         raise RuntimeError("the C kernels are not available (see the warning when they were loaded)")
     n, heads, head_dim = q.shape
-    num_slots, kv_heads, max_len, _ = keys.shape
+    num_blocks, kv_heads, block_size, _ = keys.shape
     check_kv_cache(keys, values)
     if heads % kv_heads or head_dim > 256:
         raise ValueError(f"unsupported shape: {heads} heads, {kv_heads} kv heads, head_dim {head_dim}")
+    if tables.dim() != 2 or tables.shape[0] != len(offsets):
+        raise ValueError(f"tables must be [rows, blocks], one row per row of offsets; got {tuple(tables.shape)}")
+    if int((starts + lengths).max()) > tables.shape[1] * block_size:
+        raise ValueError("a row's block table does not cover its positions")
     dtype = q.dtype
     if dtype != torch.float32:
         q = q.float()
@@ -45,7 +52,7 @@ def varlen_attention(
         q = q.contiguous()
     index = [
         t if t.dtype == torch.long and t.is_contiguous() else t.long().contiguous()
-        for t in (offsets, lengths, slots, starts)
+        for t in (offsets, lengths, starts, tables)
     ]
     out = torch.empty((n, heads, head_dim), dtype=torch.float32)
     failed = library.tandem_varlen_attention(
@@ -57,10 +64,11 @@ def varlen_attention(
         int(keys.dtype == torch.bfloat16),
         len(index[0]),
         *(t.data_ptr() for t in index),
+        tables.shape[1],
         heads,
         kv_heads,
         head_dim,
-        max_len,
+        block_size,
         sliding_window or 0,
         1.0 / math.sqrt(head_dim),
     )

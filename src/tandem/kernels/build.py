@@ -54,7 +54,7 @@ LIBS = ["-lmvec", "-lm"]
 
 _P, _I, _INT, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES = {
-    "tandem_varlen_attention": [_P, _I, _P, _P, _P, _INT, _I, _P, _P, _P, _P, _INT, _INT, _INT, _I, _I, _F],
+    "tandem_varlen_attention": [_P, _I, _P, _P, _P, _INT, _I, _P, _P, _P, _P, _I, _INT, _INT, _INT, _I, _I, _F],
     "tandem_rows_to_unit": [_P, _I, _I, _I, _P, _P],
     "tandem_scale_rows": [_P, _I, _I, _P, _P],
     "tandem_rope_and_cache": [_P, _I, _I, _P, _P, _P, _P, _P, _P, _INT, _INT, _INT, _INT, _I],
@@ -65,7 +65,7 @@ _SIGNATURES = {
     "tandem_parallel_width": [],
     "tandem_int8_linear": [_P, _I, _I, _P, _P, _P, _P, _F, ctypes.c_int32, _I, _I, _I, _P],
     "tandem_int4_linear": [_P, _I, _I, _P, _P, _P, _I, _I, _I, _I, _P],
-    "tandem_decode_layers": [_P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P],
+    "tandem_decode_layers": [_P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P, _I],
 }
 _INT_RESULTS = (
     "tandem_varlen_attention",

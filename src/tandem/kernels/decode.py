@@ -73,7 +73,7 @@ class _Model(ctypes.Structure):
         ("kv_heads", _I),
         ("head_dim", _I),
         ("inter", _I),
-        ("max_len", _I),
+        ("block_size", _I),
         ("window", _I),
         ("cache_bf16", _I),
         ("zp", _I),
@@ -127,7 +127,8 @@ class DecodePlan:
     @classmethod
     def build(cls, blocks, config, keys: list[torch.Tensor], values: list[torch.Tensor]) -> DecodePlan | None:
         """blocks: the transformer's layers (attention: qkv_proj, o_proj; mlp: gate_up_proj, down_proj;
-        input_layernorm, post_attention_layernorm); keys/values: each layer's cache. None when some
+        input_layernorm, post_attention_layernorm); keys/values: each layer's paged cache ([blocks, kv_heads,
+        block_size, head_dim]). None when some
         layer cannot run fused."""
         if kernel_library() is None or not blocks:
             return None
@@ -168,13 +169,14 @@ class DecodePlan:
             x.shape[0],
             cos.data_ptr(),
             sin.data_ptr(),
-            batch.positions.data_ptr(),
-            batch.slots.data_ptr(),
+            batch.write_offsets.data_ptr(),
+            batch.write_blocks.data_ptr(),
             len(group.offsets),
             group.offsets.data_ptr(),
             group.lengths.data_ptr(),
-            group.slots.data_ptr(),
             group.starts.data_ptr(),
+            group.tables.data_ptr(),
+            group.tables.shape[1],
         )
         if status:
             raise MemoryError("fused decoder: could not allocate its buffers")

@@ -23,18 +23,18 @@ def rope_and_cache(
     qkv: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    positions: torch.Tensor,
-    slots: torch.Tensor,
+    offsets: torch.Tensor,
+    blocks: torch.Tensor,
     keys: torch.Tensor,
     values: torch.Tensor,
     heads: int,
 ) -> None:
     """qkv: [N, (heads + 2 kv_heads) * head_dim], the fused projection. Rotates its q and k parts in
     place (cos/sin: [N, head_dim], each token's rows of the rotary tables) and writes k and v to the
-    cache (keys/values: [slots, kv_heads, max_len, head_dim], float32 or bfloat16) at each token's
-    slot and position."""
+    paged cache (keys/values: [blocks, kv_heads, block_size, head_dim], float32 or bfloat16) in each
+    token's block, at its offset inside the block."""
     n = qkv.shape[0]
-    _, kv_heads, max_len, head_dim = keys.shape
+    _, kv_heads, block_size, head_dim = keys.shape
     if qkv.dtype != torch.float32 or qkv.stride(-1) != 1 or qkv.shape[1] != (heads + 2 * kv_heads) * head_dim:
         raise ValueError("qkv must be float32 [N, (heads + 2 kv_heads) * head_dim] with unit column stride")
     for name, table in (("cos", cos), ("sin", sin)):
@@ -42,22 +42,22 @@ def rope_and_cache(
         if table.shape != (n, head_dim):
             raise ValueError(f"{name} must be [N, head_dim]")
     check_kv_cache(keys, values)
-    positions, slots = positions.long().contiguous(), slots.long().contiguous()
+    offsets, blocks = offsets.long().contiguous(), blocks.long().contiguous()
     kernel_library().tandem_rope_and_cache(
         qkv.data_ptr(),
         qkv.stride(0),
         n,
         cos.data_ptr(),
         sin.data_ptr(),
-        positions.data_ptr(),
-        slots.data_ptr(),
+        offsets.data_ptr(),
+        blocks.data_ptr(),
         keys.data_ptr(),
         values.data_ptr(),
         int(keys.dtype == torch.bfloat16),
         heads,
         kv_heads,
         head_dim,
-        max_len,
+        block_size,
     )
 
 

@@ -20,11 +20,13 @@ __all__ = ["Transformer", "KVCache"]
 
 
 class KVCache:
-    """Preallocated keys and values: per layer a [slots, kv_heads, max_len, head_dim] tensor each."""
+    """Preallocated keys and values, paged: per layer a [blocks, kv_heads, block_size, head_dim]
+    tensor each, one pool of blocks shared by every sequence (their block tables say which blocks
+    hold a sequence's positions)."""
 
-    def __init__(self, config: ModelConfig, num_slots: int, max_len: int, dtype: torch.dtype) -> None:
-        shape = (num_slots, config.num_key_value_heads, max_len, config.head_dim)
-        self.num_slots, self.max_len = num_slots, max_len
+    def __init__(self, config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype) -> None:
+        shape = (num_blocks, config.num_key_value_heads, block_size, config.head_dim)
+        self.num_blocks, self.block_size = num_blocks, block_size
         self.k = [torch.zeros(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.v = [torch.zeros(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
 
@@ -85,7 +87,14 @@ class Attention(nn.Module):
         if batch.kernels and qkv.dtype == torch.float32:
             # One C pass: rotate q and k in place, store k and v in the cache.
             rope_and_cache(
-                qkv, cos.view(n, -1), sin.view(n, -1), batch.positions, batch.slots, keys, values, self.heads
+                qkv,
+                cos.view(n, -1),
+                sin.view(n, -1),
+                batch.write_offsets,
+                batch.write_blocks,
+                keys,
+                values,
+                self.heads,
             )
             q = qkv[:, :q_dim].view(n, self.heads, self.head_dim)
             k = qkv[:, q_dim : q_dim + kv_dim].view(n, self.kv_heads, self.head_dim)
@@ -94,8 +103,8 @@ class Attention(nn.Module):
             qk = apply_rope(qkv[:, : q_dim + kv_dim].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
             q, k = qk[:, : self.heads], qk[:, self.heads :]
             # Advanced indices around a slice: the indexed view is [N, kv_heads, head_dim], k's layout.
-            keys[batch.slots, :, batch.positions] = k.to(keys.dtype)
-            values[batch.slots, :, batch.positions] = v.to(values.dtype)
+            keys[batch.write_blocks, :, batch.write_offsets] = k.to(keys.dtype)
+            values[batch.write_blocks, :, batch.write_offsets] = v.to(values.dtype)
         if len(batch.groups) == 1:
             out = self._attend(batch.groups[0], q, k, v, keys, values)
         else:
@@ -134,7 +143,7 @@ class Attention(nn.Module):
         """One group's attention: q [T_group, heads, head_dim] -> [T_group, heads, head_dim]."""
         if isinstance(group, VarlenGroup):
             return varlen_attention(
-                q, keys, values, group.offsets, group.lengths, group.slots, group.starts, self.sliding_window
+                q, keys, values, group.offsets, group.lengths, group.tables, group.starts, self.sliding_window
             )
         gqa = self.heads != self.kv_heads
         if isinstance(group, FreshGroup):
@@ -144,23 +153,19 @@ class Attention(nn.Module):
             else:
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
             return out[0].transpose(0, 1)
-        lo, hi, kl = group.slot_lo, group.slot_hi, group.key_len
-        keys, values = keys[lo:hi, :, :kl], values[lo:hi, :, :kl]
         rows, t = group.num_rows, group.num_new
         kv, group_size = self.kv_heads, self.heads // self.kv_heads
+        # Each row's blocks gathered into [rows, kv_heads, key_len, head_dim].
+        width, block_size = group.tables.shape[1], keys.shape[2]
+        keys = keys[group.tables].transpose(1, 2).reshape(rows, kv, width * block_size, -1)[:, :, : group.key_len]
+        values = values[group.tables].transpose(1, 2).reshape(rows, kv, width * block_size, -1)[:, :, : group.key_len]
         # Stack the query heads that share a kv head (and their T positions) as that kv head's
         # queries: attention runs per kv head, with no expansion of keys and values (GQA for free).
         q = q.view(rows, t, kv, group_size, self.head_dim).permute(0, 2, 3, 1, 4).reshape(rows, kv, -1, self.head_dim)
-        if group.rows is not None:
-            full = q.new_zeros((hi - lo, *q.shape[1:]))
-            full[group.rows] = q
-            q = full
         dtype = q.dtype
         if keys.dtype != dtype:  # a KV cache stored narrower than the activations (kv-bf16)
             q = q.to(keys.dtype)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask).to(dtype)
-        if group.rows is not None:
-            out = out[group.rows]
         return out.view(rows, kv, group_size, t, self.head_dim).permute(0, 3, 1, 2, 4).reshape(rows * t, self.heads, -1)
 
 

@@ -58,7 +58,7 @@ class DraftModelSpeculator:
     states: dict[str, _DraftState] = field(default_factory=dict)
 
     def bind(self, num_slots: int, max_len: int) -> None:
-        self.runner = ModelRunner(self.draft.module, num_slots, max_len)
+        self.runner = ModelRunner.with_slots(self.draft.module, num_slots, max_len)
 
     def release(self, seq: Sequence) -> None:
         self.states.pop(seq.request_id, None)
@@ -82,7 +82,7 @@ class DraftModelSpeculator:
         # At least the last token is fed again: its logits are what the first proposal comes from.
         valid = [min(v, len(ids) - 1) for v, ids in zip(valid, all_ids, strict=True)]
         rows = [ids[v:] for ids, v in zip(all_ids, valid, strict=True)]
-        return self.runner.forward(rows, [s.slot for s in seqs], valid, last_only=True)
+        return self.runner.forward(rows, [self.runner.slot_table(s.slot) for s in seqs], valid, last_only=True)
 
     def draft_lengths(self, seqs: list[Sequence], num_prefill_tokens: int = 0) -> list[int]:
         return [self.k if len(seqs) <= self.max_batch else 0] * len(seqs)
@@ -116,7 +116,7 @@ class DraftModelSpeculator:
                 break
             starts = [seqs[i].length + step for i in active]
             logits = self.runner.forward(
-                [[tokens[i][-1]] for i in active], [seqs[i].slot for i in active], starts, True
+                [[tokens[i][-1]] for i in active], [self.runner.slot_table(seqs[i].slot) for i in active], starts, True
             )
         proposals = []
         for i, seq in enumerate(seqs):

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from tandem.contracts import KV_EVENTS_PATH
 from tandem.edge.keep_track import KEPT_TRACK_PATH
 from tandem.edge.openapi import Operation
 
@@ -106,6 +107,20 @@ class Load(BaseModel):
     waiting: int
     kv_used: float
     healthy: bool
+    source: str = "tandem"
+    block_size: int | None = None  # the KV blocks' size in tokens (None while the model loads)
+    hash_seed: int | None = None  # the seed of their hash chain (tandem.contracts.kv_block_hash)
+
+
+class KVEventsAnswer(BaseModel):
+    """tandem.contracts.KVEvents: block hashes stored and removed since `since`."""
+
+    seq: int
+    block_size: int
+    hash_seed: int
+    reset: bool
+    stored: list[int]
+    removed: list[int]
 
 
 class Tokenized(BaseModel):
@@ -145,4 +160,5 @@ SERVER_OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/detokenize", "post"): Operation(Detokenized, errors=_TOKENS),
     ("/version", "get"): Operation(Version, errors=(500,)),
     (KEPT_TRACK_PATH + "/{key}", "get"): Operation(KeptTrack, errors=_GET),
+    (KV_EVENTS_PATH, "get"): Operation(KVEventsAnswer, errors=(400, 401, 500, 503)),
 }

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from tandem.contracts import KV_EVENTS_PATH
 from tandem.edge.auth import ApiKeyMiddleware
 from tandem.edge.bodies import RequestBodyMiddleware
 from tandem.edge.errors import install_error_handlers
@@ -27,6 +28,7 @@ from tandem.edge.prometheus import HttpResponseCounter, metrics_response
 from tandem.edge.settings import Settings
 from tandem.serve.api_docs import SERVER_OPERATIONS
 from tandem.serve.kept_tracks import build_kept_tracks_router
+from tandem.serve.kv_events import build_kv_events_router
 from tandem.serve.metrics import UNCOUNTED_PATHS
 from tandem.serve.openai_api import build_router
 from tandem.serve.served import ServedModel
@@ -38,7 +40,7 @@ __all__ = ["FLEET_PROTECTED", "PROTECTED", "create_app", "describe_load_error"]
 logger = logging.getLogger("tandem.serve")
 
 # What an API key guards: the model's routes (GET /version, /health and /ready stay open, as in vLLM).
-PROTECTED = ("/v1", "/tokenize", "/detokenize", KEPT_TRACK_PATH)
+PROTECTED = ("/v1", "/tokenize", "/detokenize", KEPT_TRACK_PATH, KV_EVENTS_PATH)
 FLEET_PROTECTED = (*PROTECTED, "/load", "/metrics", "/docs", "/redoc", "/openapi.json")
 
 
@@ -112,6 +114,7 @@ def create_app(
     app.include_router(build_router(state))
     app.include_router(build_tokens_router(state))
     app.include_router(build_kept_tracks_router(state.kept))
+    app.include_router(build_kv_events_router(state))
 
     @app.get("/health")
     async def health() -> dict:
@@ -128,9 +131,10 @@ def create_app(
 
     @app.get("/load")
     async def load_report(request: Request) -> dict:
-        """This replica's ReplicaLoad (running, waiting, KV fraction in use, healthy): what routers decide on."""
+        """This replica's ReplicaLoad (running, waiting, KV fraction in use, healthy): what routers decide
+        on; with its KV blocks' size and hash seed (the scheme of GET /kv/events' hashes)."""
         server = request.scope.get("server") or (config.host, config.port)
-        return dataclasses.asdict(state.load(f"{server[0]}:{server[1]}"))
+        return {**dataclasses.asdict(state.load(f"{server[0]}:{server[1]}")), **state.kv_scheme()}
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -52,6 +52,14 @@ class ServerState:
             healthy=self.ready,
         )
 
+    def kv_scheme(self) -> dict[str, int | None]:
+        """How this replica names its KV blocks (tandem.contracts.kv_block_hash): None while loading."""
+        engine = self.served.engine if self.served is not None else None
+        return {
+            "block_size": engine.kv_block_size if engine is not None else None,
+            "hash_seed": engine.kv_hash_seed if engine is not None else None,
+        }
+
     def drain(self) -> None:
         """Stop admitting requests (shutdown began); in-flight ones carry on."""
         self.admission.draining = True

@@ -77,14 +77,19 @@ AttendScratch *tandem_attend_scratch(void) {
     return tls_attend;
 }
 
+/* Where key j of a row sits in a paged cache ([blocks, kv_heads, block_size, d]): in block
+ * row_table[j / block_size], at offset j % block_size of kv head kvh. */
+static inline int64_t block_base(const int64_t *row_table, int64_t j, int64_t block_size, int kv_heads, int kvh, int d) {
+    return ((row_table[j / block_size] * kv_heads + kvh) * block_size + j % block_size) * d;
+}
+
 /* One (row, kv head) item. Inlined into callers with a constant head_dim, so the per-query
  * accumulators (head_dim floats) stay in vector registers across a tile's keys. */
 static inline __attribute__((always_inline)) void attend_item(
     const int d, AttendScratch *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
-    const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, int64_t row_slot, int64_t row_start,
-    int kvh, int heads, int kv_heads, int64_t max_len, int64_t window, float scale) {
+    const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, const int64_t *row_table,
+    int64_t row_start, int kvh, int heads, int kv_heads, int64_t block_size, int64_t window, float scale) {
     const int group = heads / kv_heads;
-    const int64_t cache_base = (row_slot * kv_heads + kvh) * max_len * d;
     const int64_t num_queries = row_len * group;
     for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
         const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
@@ -104,9 +109,13 @@ static inline __attribute__((always_inline)) void attend_item(
             w->row_sum[i] = 0.0f;
             memset(w->acc + i * d, 0, sizeof(float) * d);
         }
-        for (int64_t j0 = key_lo; j0 < key_hi; j0 += TILE) {
-            const int nk = (int)(key_hi - j0 < TILE ? key_hi - j0 : TILE);
-            const float *kt = tile_rows(k_cache, cache_bf16, cache_base + j0 * d, (int64_t)nk * d, w->ktile);
+        for (int64_t j0 = key_lo, nk; j0 < key_hi; j0 += nk) {
+            /* a tile never crosses a block: its keys are contiguous in the cache */
+            const int64_t in_block = block_size - j0 % block_size;
+            nk = key_hi - j0 < TILE ? key_hi - j0 : TILE;
+            nk = nk < in_block ? nk : in_block;
+            const int64_t base = block_base(row_table, j0, block_size, kv_heads, kvh, d);
+            const float *kt = tile_rows(k_cache, cache_bf16, base, nk * d, w->ktile);
             for (int i = 0; i < nq; i++) {
                 const float *qi = w->qs + i * d;
                 for (int j = 0; j < nk; j++) {
@@ -143,7 +152,7 @@ static inline __attribute__((always_inline)) void attend_item(
                     for (int k = 0; k < d; k++) ai[k] *= correction;
                 }
             }
-            const float *vt = tile_rows(v_cache, cache_bf16, cache_base + j0 * d, (int64_t)nk * d, w->vtile);
+            const float *vt = tile_rows(v_cache, cache_bf16, base, nk * d, w->vtile);
             for (int i = 0; i < nq; i++) {
                 float a[DMAX];
                 float *ai = w->acc + i * d;
@@ -200,10 +209,9 @@ static inline __attribute__((always_inline)) __m512 load16(const void *base, con
  * bf16 cache reads half the bytes and costs no extra pass. d: a multiple of 16. */
 static inline __attribute__((always_inline)) void attend_item_v(
     const int d, const int bf16, AttendScratch *w, const float *q, int64_t q_token_stride, float *out,
-    const void *k_cache, const void *v_cache, int64_t row_offset, int64_t row_len, int64_t row_slot, int64_t row_start,
-    int kvh, int heads, int kv_heads, int64_t max_len, int64_t window, float scale) {
+    const void *k_cache, const void *v_cache, int64_t row_offset, int64_t row_len, const int64_t *row_table,
+    int64_t row_start, int kvh, int heads, int kv_heads, int64_t block_size, int64_t window, float scale) {
     const int group = heads / kv_heads, dv = d / 16;
-    const int64_t cache_base = (row_slot * kv_heads + kvh) * max_len * d;
     const int64_t num_queries = row_len * group;
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
@@ -222,9 +230,11 @@ static inline __attribute__((always_inline)) void attend_item_v(
             _mm512_storeu_ps(w->lane_sum[i], _mm512_setzero_ps());
             memset(w->acc + i * d, 0, sizeof(float) * d);
         }
-        for (int64_t j0 = key_lo; j0 < key_hi; j0 += 16) {
+        /* blocks of 16 keys from a multiple of 16: each lies in one cache block (block_size is a
+         * multiple of 16); keys before the window's start are masked like those past the query */
+        for (int64_t j0 = key_lo - key_lo % 16; j0 < key_hi; j0 += 16) {
             const int nk = (int)(key_hi - j0 < 16 ? key_hi - j0 : 16);
-            const int64_t kbase = cache_base + j0 * d;
+            const int64_t kbase = block_base(row_table, j0, block_size, kv_heads, kvh, d);
             const __m512i keys = _mm512_add_epi32(_mm512_set1_epi32((int)j0), iota);
             for (int i = 0; i < nq; i++) {
                 if (j0 > w->qpos[i] || j0 + nk <= w->qlo[i]) continue; /* no key of the block for it */
@@ -278,13 +288,13 @@ static inline __attribute__((always_inline)) void attend_item_v(
 
 /* One (row, kv head) work item of tandem_varlen_attention, on the fastest code for its shape. */
 __attribute__((noinline)) void tandem_attend(AttendScratch *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
-                   const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, int64_t row_slot,
-                   int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t max_len, int64_t window,
+                   const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, const int64_t *row_table,
+                   int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t block_size, int64_t window,
                    float scale) {
-#define ARGS q, q_token_stride, out, k_cache, v_cache, row_offset, row_len, row_slot, row_start, kvh, heads, kv_heads, \
-             max_len, window, scale
+#define ARGS q, q_token_stride, out, k_cache, v_cache, row_offset, row_len, row_table, row_start, kvh, heads, kv_heads, \
+             block_size, window, scale
 #if HAVE_AVX512
-    if (head_dim % 16 == 0) {
+    if (head_dim % 16 == 0 && block_size % 16 == 0) {
         if (head_dim == 64)
             cache_bf16 ? attend_item_v(64, 1, w, ARGS) : attend_item_v(64, 0, w, ARGS);
         else if (head_dim == 128)
@@ -295,27 +305,29 @@ __attribute__((noinline)) void tandem_attend(AttendScratch *w, const float *q, i
     }
 #endif
 #undef ARGS
-    attend_item(head_dim, w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offset, row_len, row_slot,
-                row_start, kvh, heads, kv_heads, max_len, window, scale);
+    attend_item(head_dim, w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offset, row_len, row_table,
+                row_start, kvh, heads, kv_heads, block_size, window, scale);
 }
 
-/* Attention of new query tokens over a KV cache, each row reading only its own keys (varlen).
+/* Attention of new query tokens over a paged KV cache, each row reading only its own keys (varlen).
  *
  * Row r has row_lens[r] new tokens at flat indices row_offsets[r].. (queries q[n, h, :] with
  * q_token_stride floats between tokens and head_dim between heads), sitting at positions
- * row_starts[r].. of KV slot row_slots[r]; its keys and values are already in the cache
- * ([slots, kv_heads, max_len, head_dim], fp32 or bf16). Token t attends causally to keys
+ * row_starts[r].. of its sequence; its keys and values are already in the cache ([blocks,
+ * kv_heads, block_size, head_dim], fp32 or bf16), position p in block tables[r * table_stride +
+ * p / block_size] at offset p % block_size. Token t attends causally to keys
  * [lo, row_starts[r] + t], lo = 0 or the sliding window's start. Query head h reads kv head
  * h / (heads / kv_heads). Output: out[n, h, :] contiguous, fp32.
  *
  * One work item per (row, kv head): its keys are read once for all of its query heads and
- * tokens (GQA without expanding keys), with an online softmax over tiles of TILE keys. Returns 0,
+ * tokens (GQA without expanding keys), with an online softmax over tiles of keys. Returns 0,
  * or 1 when a thread's scratch could not be allocated.
  */
 int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, const void *k_cache,
                             const void *v_cache, int cache_bf16, int64_t num_rows, const int64_t *row_offsets,
-                            const int64_t *row_lens, const int64_t *row_slots, const int64_t *row_starts, int heads,
-                            int kv_heads, int head_dim, int64_t max_len, int64_t window, float scale) {
+                            const int64_t *row_lens, const int64_t *row_starts, const int64_t *tables,
+                            int64_t table_stride, int heads, int kv_heads, int head_dim, int64_t block_size,
+                            int64_t window, float scale) {
     int failed = 0;
 #pragma omp parallel num_threads(g_threads)
     {
@@ -328,8 +340,9 @@ int tandem_varlen_attention(const float *q, int64_t q_token_stride, float *out, 
         for (int64_t item = 0; item < num_rows * kv_heads; item++) {
             if (!w) continue;
             const int64_t r = item / kv_heads;
-            tandem_attend(w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offsets[r], row_lens[r], row_slots[r],
-                   row_starts[r], (int)(item % kv_heads), heads, kv_heads, head_dim, max_len, window, scale);
+            tandem_attend(w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offsets[r], row_lens[r],
+                          tables + r * table_stride, row_starts[r], (int)(item % kv_heads), heads, kv_heads, head_dim,
+                          block_size, window, scale);
         }
     }
     return failed;

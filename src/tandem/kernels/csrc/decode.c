@@ -25,8 +25,8 @@ void tandem_rms_norm_row(float *xr, const float *res, const float *weight, float
 void tandem_silu_mul_row(const float *g, float *o, int64_t inter);
 void *tandem_attend_scratch(void);
 void tandem_attend(void *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
-                   const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, int64_t row_slot,
-                   int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t max_len, int64_t window,
+                   const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, const int64_t *row_table,
+                   int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t block_size, int64_t window,
                    float scale);
 /* quant_linear.c */
 void tandem_share(int64_t blocks, int t, int threads, int64_t *lo, int64_t *hi);
@@ -59,7 +59,7 @@ typedef struct {
 } DecodeLayer;
 
 typedef struct {
-    int64_t n_layers, hidden, heads, kv_heads, head_dim, inter, max_len, window, cache_bf16, zp;
+    int64_t n_layers, hidden, heads, kv_heads, head_dim, inter, block_size, window, cache_bf16, zp;
     double eps, a_inv, attn_scale;
     const DecodeLayer *layers;
 } DecodeModel;
@@ -129,12 +129,14 @@ static void linear_share(const DecodeModel *m, const QLinear *L, const float *x,
 }
 
 /* x: [n, hidden] float32 hidden states of the step's n new tokens, updated in place through every
- * layer. cos/sin: [n, head_dim] rotary rows; positions/slots: [n] each token's place in the cache.
- * Rows (attention): num_rows rows, row r's row_lens[r] tokens at x[row_offsets[r]..], positions
- * row_starts[r].. of KV slot row_slots[r]. Returns 0, or 1 when a buffer could not be allocated. */
+ * layer. cos/sin: [n, head_dim] rotary rows; blocks/offsets: [n] each token's place in the paged
+ * cache. Rows (attention): num_rows rows, row r's row_lens[r] tokens at x[row_offsets[r]..],
+ * positions row_starts[r].. of the sequence whose block table is tables[r * table_stride..].
+ * Returns 0, or 1 when a buffer could not be allocated. */
 int tandem_decode_layers(const DecodeModel *m, float *x, int64_t n, const float *cos, const float *sin,
-                         const int64_t *positions, const int64_t *slots, int64_t num_rows, const int64_t *row_offsets,
-                         const int64_t *row_lens, const int64_t *row_slots, const int64_t *row_starts) {
+                         const int64_t *offsets, const int64_t *blocks, int64_t num_rows, const int64_t *row_offsets,
+                         const int64_t *row_lens, const int64_t *row_starts, const int64_t *tables,
+                         int64_t table_stride) {
     const int64_t H = m->hidden, I = m->inter, hd = m->head_dim, Q = m->heads * hd, KV = m->kv_heads * hd;
     const int64_t QKV = Q + 2 * KV;
     int64_t widest = H > Q ? H : Q, n_pad = QKV > 2 * I ? QKV : 2 * I;
@@ -165,15 +167,16 @@ int tandem_decode_layers(const DecodeModel *m, float *x, int64_t n, const float 
 #pragma omp barrier
 #pragma omp for schedule(static)
             for (int64_t i = 0; i < n; i++)
-                tandem_rope_cache_token(qkv + i * QKV, cos + i * hd, sin + i * hd, positions[i], slots[i], L->k_cache,
+                tandem_rope_cache_token(qkv + i * QKV, cos + i * hd, sin + i * hd, offsets[i], blocks[i], L->k_cache,
                                         L->v_cache, (int)m->cache_bf16, (int)m->heads, (int)m->kv_heads, (int)hd,
-                                        m->max_len);
+                                        m->block_size);
 #pragma omp for schedule(dynamic, 1)
             for (int64_t item = 0; item < num_rows * m->kv_heads; item++) {
                 const int64_t r = item / m->kv_heads;
                 tandem_attend(scratch, qkv, QKV, att, L->k_cache, L->v_cache, (int)m->cache_bf16, row_offsets[r],
-                              row_lens[r], row_slots[r], row_starts[r], (int)(item % m->kv_heads), (int)m->heads,
-                              (int)m->kv_heads, (int)hd, m->max_len, m->window, (float)m->attn_scale);
+                              row_lens[r], tables + r * table_stride, row_starts[r], (int)(item % m->kv_heads),
+                              (int)m->heads, (int)m->kv_heads, (int)hd, m->block_size, m->window,
+                              (float)m->attn_scale);
             }
             linear_share(m, &L->o, att, n, o, NULL, &p, t, threads);
 #pragma omp barrier
