@@ -90,9 +90,7 @@ def cli() -> None:
 @click.argument("prompt_arg", metavar="[PROMPT]", required=False)
 @click.option("--prompt", default=None, help="Text to complete (or give it as PROMPT, or on stdin).")
 @click.option("--model", "model_dir", default=None, help="HF model directory or id org/name (default: bundled)")
-@click.option(
-    "--recipe", default=None, help="Optimizer recipe, e.g. int8+ngram (default: the one `tandem serve` serves)."
-)
+@click.option("--recipe", default=None, help="Optimizer recipe, e.g. int8+ngram (default: what `tandem serve` serves).")
 @click.option("--chat", is_flag=True, help="Treat the prompt as a user message (the model's chat template).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="[default: the model's, else 128]")
 @click.option("--temperature", type=click.FloatRange(0, 100), default=None, help="0 = greedy [default: the model's]")
