@@ -149,3 +149,14 @@ def test_the_lazy_commands_help_is_the_commands_own():
         module, _, attribute = where.partition(":")
         command = getattr(importlib.import_module(module), attribute)
         assert command.name == name and command.get_short_help_str(limit=200) == short_help
+
+
+def test_generate_runs_the_recipe_tandem_serve_serves_by_default(tiny_llama_dir):
+    from tandem.optimize.defaults import DEFAULT_RECIPE, recipe_or_default
+    from tandem.serve.served import resolve_recipe
+
+    assert recipe_or_default(None) == resolve_recipe(None) == DEFAULT_RECIPE
+    args = ["generate", "--model", str(tiny_llama_dir), "--prompt", "def add", "--max-tokens", "8"]
+    default = CliRunner().invoke(cli, args)
+    named = CliRunner().invoke(cli, [*args, "--recipe", DEFAULT_RECIPE])
+    assert default.exit_code == named.exit_code == 0 and default.output == named.output

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from tandem.cli_help import GroupedOptionsCommand
 from tandem.edge.options import connection_options
 from tandem.gateway.options import gateway_options
 from tandem.serve.options import server_options
@@ -94,7 +95,7 @@ def cli() -> None:
 @click.argument("prompt_arg", metavar="[PROMPT]", required=False)
 @click.option("--prompt", default=None, help="Text to complete (or give it as PROMPT, or on stdin).")
 @click.option("--model", "model_dir", default=None, help="HF model directory or id org/name (default: bundled)")
-@click.option("--recipe", default="baseline", show_default=True, help="Optimizer recipe, e.g. int8+ngram.")
+@click.option("--recipe", default=None, help="Optimizer recipe, e.g. int8+ngram (default: what `tandem serve` serves).")
 @click.option("--chat", is_flag=True, help="Treat the prompt as a user message (the model's chat template).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="[default: the model's, else 128]")
 @click.option("--temperature", type=click.FloatRange(0, 100), default=None, help="0 = greedy [default: the model's]")
@@ -119,8 +120,9 @@ def generate(prompt_arg, prompt, model_dir, recipe, chat, max_tokens, temperatur
     if not text:
         raise click.UsageError("no prompt: give PROMPT, --prompt TEXT, or pipe text on stdin")
     from tandem.optimize.cli import check_recipe
+    from tandem.optimize.defaults import recipe_or_default
 
-    check_recipe(recipe)
+    recipe = check_recipe(recipe_or_default(recipe))
     from tandem.engine import Engine, EngineConfig, RequestError, SamplingParams
     from tandem.model import ChatTemplateError, ModelLoadError, load_model
     from tandem.model.generation_config import sampling_defaults
@@ -149,7 +151,7 @@ def generate(prompt_arg, prompt, model_dir, recipe, chat, max_tokens, temperatur
     out.write("\n")
 
 
-@cli.command()
+@cli.command(cls=GroupedOptionsCommand)  # --help in groups: model, engine, server, gateway
 @server_options
 @connection_options
 @gateway_options

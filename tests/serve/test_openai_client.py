@@ -174,8 +174,11 @@ def test_echo_with_max_tokens_zero_scores_every_prompt_token(client, tokenizer, 
     assert lp.token_logprobs[1:] == pytest.approx(expected, abs=1e-4)
     for i, top in enumerate(lp.top_logprobs[1:], start=1):
         assert len(top) <= 2 and max(top.values()) == pytest.approx(float(reference[i - 1].max()), abs=1e-4)
-    offsets = [sum(len(t) for t in lp.tokens[:i]) for i in range(len(ids))]
-    assert lp.text_offset == offsets
+    # Offsets point into the returned text: the tokenizer's "<s>" (not in the text) takes no room.
+    assert lp.tokens[0] == "<s>" and lp.text_offset[:2] == [0, 0]
+    for token, offset in zip(lp.tokens[1:], lp.text_offset[1:], strict=True):
+        assert choice.text[offset : offset + len(token)] == token
+    assert lp.text_offset[-1] + len(lp.tokens[-1]) == len(choice.text)
 
 
 def test_echo_with_a_completion_returns_the_prompt_then_the_completion(client, tokenizer):
@@ -188,7 +191,7 @@ def test_echo_with_a_completion_returns_the_prompt_then_the_completion(client, t
     assert len(lp.tokens) == len(prompt_ids) + 6 and lp.token_logprobs[0] is None
     assert lp.tokens[len(prompt_ids) :] == plain.logprobs.tokens
     assert lp.token_logprobs[len(prompt_ids) :] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-5)
-    assert lp.text_offset[len(prompt_ids)] == sum(len(t) for t in lp.tokens[: len(prompt_ids)])
+    assert lp.text_offset[len(prompt_ids)] == len("class Point:")  # the completion starts after the prompt's text
     # Streamed, the first chunk echoes the prompt (with its logprobs); the text and tokens add up.
     chunks = list(client.completions.create(echo=True, stream=True, **args))
     assert chunks[0].choices[0].text.startswith("class Point:")

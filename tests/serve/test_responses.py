@@ -19,10 +19,17 @@ def test_completion_logprobs_offsets_and_colliding_texts():
 
 def test_echo_logprobs_start_with_the_prompt_whose_first_token_has_none():
     prompt = [None, TokenLogprob(1, -2.0, {3: -0.2})]
-    out = R.echo_logprobs([2, 1], prompt, [TokenLogprob(4, -0.1, {4: -0.1})], TEXT)
+    out = R.echo_logprobs([2, 1], prompt, [TokenLogprob(4, -0.1, {4: -0.1})], TEXT, "bca")
     assert out["tokens"] == ["bc", "a", "d"] and out["text_offset"] == [0, 2, 3]
     assert out["token_logprobs"] == [None, -2.0, -0.1]
     assert out["top_logprobs"] == [None, {"a": -0.2}, {"d": -0.1}]
+
+
+def test_echo_offsets_point_into_the_returned_text_past_a_token_it_lacks():
+    text = {0: "<s>", 1: "ab", 2: "c", 3: "d"}.__getitem__
+    out = R.echo_logprobs([0, 1, 2], [None, None, None], [TokenLogprob(3, -0.1, {})], text, "abc")
+    assert out["tokens"] == ["<s>", "ab", "c", "d"]
+    assert out["text_offset"] == [0, 0, 2, 3]  # "<s>" is not in "abc" + "d": it takes no room
 
 
 def test_chat_logprobs_rank_alternatives_and_carry_bytes():

@@ -32,6 +32,10 @@ def test_the_banner_never_prints_the_api_key_and_names_a_reachable_host(server):
 
     banner = startup_banner(Settings(host="0.0.0.0", api_key="s3cret"), Served(), 9000)
     assert "s3cret" not in banner and "$TANDEM_API_KEY" in banner and "http://127.0.0.1:9000" in banner
+    threads = startup_banner(Settings(threads=3), Served(), 9000)
+    assert (
+        "recipe: bf16" in threads and "threads: 3 torch threads, OMP_WAIT_POLICY" in threads and "port 9000" in threads
+    )
     assert client_host("::") == "[::1]" and client_host("10.0.0.2") == "10.0.0.2"
 
 

@@ -25,6 +25,7 @@ import torch
 from tandem.engine.batcher import Batcher, StepPlan
 from tandem.engine.errors import PromptTooLongError, RequestError
 from tandem.engine.grammar import GrammarCompiler
+from tandem.engine.grammar_drafts import with_forced_tokens
 from tandem.engine.grammar_mask import apply_grammars
 from tandem.engine.kv_event_log import KVEventLog
 from tandem.engine.model_runner import ModelRunner
@@ -134,6 +135,9 @@ class Engine:
         self._grammars_lock = threading.Lock()
         self.grammar_mask_seconds = 0.0  # time spent computing and applying grammar masks
         self.grammar_mask_steps = 0  # steps that masked at least one row
+        # Tokens a grammar forced, verified as drafts (tandem.engine.grammar_drafts); off: one a step.
+        self.forced_drafts = True
+        self.num_forced_tokens = 0
         self.speculator = optimized.speculator
         if self.speculator is not None:
             self.speculator.bind(num_slots, self.max_model_len)
@@ -308,18 +312,24 @@ class Engine:
         return batch
 
     def _propose(self, decode: list[Sequence], num_prefill_tokens: int) -> list[Proposal | None]:
-        """Draft tokens for the decoding rows the speculator picks (None: the row decodes plainly)."""
+        """Draft tokens for the decoding rows the speculator picks, and the tokens constrained rows'
+        grammars force after them (None: the row decodes plainly)."""
+        # Each row writes k + 1 positions from its last token: stay inside the slot, and draft no more
+        # than the request can still emit (a step emits up to k + 1 tokens).
+        room = [max(0, min(self.max_model_len - s.length, s.params.max_tokens - len(s.output_ids) - 1)) for s in decode]
+        proposals = self._speculate(decode, num_prefill_tokens, room)
+        if self.forced_drafts and any(s.grammar is not None for s in decode):
+            proposals, forced = with_forced_tokens(decode, proposals, room)  # tandem.engine.grammar_drafts
+            self.num_forced_tokens += forced
+        return proposals
+
+    def _speculate(self, decode: list[Sequence], num_prefill_tokens: int, room: list[int]) -> list[Proposal | None]:
         proposals: list[Proposal | None] = [None] * len(decode)
         spec = self.speculator
         if not decode or spec is None:
             return proposals
         lengths = spec.draft_lengths(decode, num_prefill_tokens)
-        # Each row writes k + 1 positions from its last token: stay inside the context, and draft no more
-        # than the request can still emit (a step emits up to k + 1 tokens).
-        lengths = [
-            max(0, min(k, self.max_model_len - s.length, s.params.max_tokens - len(s.output_ids) - 1))
-            for s, k in zip(decode, lengths, strict=True)
-        ]
+        lengths = [min(k, r) for k, r in zip(lengths, room, strict=True)]
         rows = [i for i, k in enumerate(lengths) if k > 0]
         if rows:
             drafted = spec.propose([decode[i] for i in rows], [lengths[i] for i in rows])

@@ -67,6 +67,9 @@ class GrammarState:
         self._matcher = matcher
         self.eos_id = eos_id
         self.vocab_size = vocab_size  # the mask's width in tokens
+        # Bitmasks computed since the last kept token, by the draft tokens after it: a speculative
+        # step asks for the same positions twice (the draft model's proposals, then verification).
+        self.masks: dict[tuple[int, ...], object] = {}
 
     def write_mask(self, address: int, num_bytes: int) -> None:
         """Write the allowed-token bitmask (bit t of 32-bit word t // 32) into memory at `address`."""
@@ -74,7 +77,20 @@ class GrammarState:
 
     def consume(self, token_id: int) -> bool:
         """Advance by a kept token; False when the grammar forbids it (the matcher is then in error)."""
+        self.masks.clear()
         return bool(self._matcher.consume_token(token_id))
+
+    def forced_after(self, token_ids: list[int], limit: int) -> list[int]:
+        """The tokens the grammar forces after token_ids (its only way on, tokenized canonically: the
+        `","age":` between two JSON fields), at most `limit`; [] when token_ids leave the grammar or
+        nothing is forced. The state does not change."""
+        taken = self.advance(token_ids)
+        forced: list[int] = []
+        if taken == len(token_ids) and not self.finished:
+            forced = list(self._matcher.compute_ff_tokens()[:limit])
+            forced = forced[: self.valid_prefix(forced)]
+        self.rollback(taken)
+        return forced
 
     def advance(self, token_ids: list[int]) -> int:
         """Consume the longest allowed prefix of token_ids (never entering an error); its length."""

@@ -9,7 +9,9 @@ keeps advance it in Sequence.append. Greedy output is therefore the same with an
 speculation under a grammar, as without one.
 
 One bitmask [rows, vocab / 32] is filled by the matchers (llguidance writes it in place), unpacked
-to booleans and applied in one masked_fill.
+to booleans and applied in one masked_fill. A position's mask is computed once per step: the draft
+model's proposals mask positions 0 .. k - 1 of a row, and verification reuses them
+(GrammarState.masks, cleared by every kept token), so a speculative row costs k + 1 masks, not 2k + 1.
 """
 
 from __future__ import annotations
@@ -40,10 +42,15 @@ def apply_grammars(logits: torch.Tensor, rows: Sequence[LogitsRow], raw: torch.T
     for k, i in enumerate(constrained):
         row = rows[i]
         state, key = row.seq.grammar, id(row.seq)
+        drafted = tuple(row.drafted)
+        known = state.masks.get(drafted)  # the draft model's mask of this very position, this step
+        if known is not None:
+            bitmask[k] = torch.from_numpy(known)
+            continue
         done = consumed.get(key, 0)
-        if key not in dead and done < len(row.drafted):
-            taken = state.advance(list(row.drafted[done:]))
-            if done + taken < len(row.drafted):
+        if key not in dead and done < len(drafted):
+            taken = state.advance(list(drafted[done:]))
+            if done + taken < len(drafted):
                 dead.add(key)
             done += taken
         consumed[key] = done
@@ -51,8 +58,9 @@ def apply_grammars(logits: torch.Tensor, rows: Sequence[LogitsRow], raw: torch.T
             bitmask[k] = -1  # never read: verification stops at the refused draft token
         else:
             state.write_mask(bitmask[k].data_ptr(), words * 4)
+            state.masks[drafted] = bitmask[k].numpy().copy()
     for i in {id(rows[i].seq): i for i in constrained}.values():
-        rows[i].seq.grammar.rollback(consumed[id(rows[i].seq)])
+        rows[i].seq.grammar.rollback(consumed.get(id(rows[i].seq), 0))
     # Bit t of word w is token 32 w + t: little-endian bytes, each unpacked least significant bit first.
     bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")
     allowed = torch.from_numpy(bits).bool()

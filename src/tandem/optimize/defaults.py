@@ -17,6 +17,12 @@ benchmarks/bench_vs_llamacpp.py; its run could not finish on the saturated share
 2026-12-01, so this choice rests on the kernel measurement until it does.
 """
 
-__all__ = ["DEFAULT_RECIPE"]
+__all__ = ["DEFAULT_RECIPE", "recipe_or_default"]
 
 DEFAULT_RECIPE = "int8+kv-bf16+ngram"
+
+
+def recipe_or_default(recipe: str | None) -> str:
+    """The recipe to run: the one asked for, else DEFAULT_RECIPE (read at call time). `tandem serve`
+    and `tandem generate` both take theirs here, so the two quick-start commands run one recipe."""
+    return recipe or DEFAULT_RECIPE

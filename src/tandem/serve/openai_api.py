@@ -140,13 +140,15 @@ def _completion_events(
                 keep(out.text, kept)
         if not echoed[choice.index]:  # the first chunk echoes the prompt, then the first tokens (as vLLM)
             echoed[choice.index] = True
-            text = plan.prompt_texts[choice.prompt_index] + text
+            prompt_text = plan.prompt_texts[choice.prompt_index]
+            text = prompt_text + text
             if sends_logprobs:
                 prompt_ids = plan.prompts[choice.prompt_index]
-                logprobs = R.echo_logprobs(prompt_ids, out.prompt_logprobs, out.logprobs or [], served.token_text)
+                entries = out.logprobs or []
+                logprobs = R.echo_logprobs(prompt_ids, out.prompt_logprobs, entries, served.token_text, prompt_text)
+                offsets[choice.index] = len(prompt_text) + sum(len(t) for t in logprobs["tokens"][len(prompt_ids) :])
         elif sends_logprobs:
             logprobs = R.completion_logprobs(out.logprobs or [], served.token_text, offsets[choice.index])
-        if logprobs is not None:
             offsets[choice.index] += sum(len(t) for t in logprobs["tokens"])
         if not (text or out.finished or (logprobs and logprobs["tokens"])):
             return []
@@ -264,10 +266,13 @@ def build_router(state: ServerState) -> APIRouter:
         for r in results:
             text, logprobs = r.text, None
             if plan.echo:  # the prompt, then the completion (OpenAI's legacy echo; vLLM does the same)
-                text = plan.prompt_texts[r.choice.prompt_index] + text
+                prompt_text = plan.prompt_texts[r.choice.prompt_index]
+                text = prompt_text + text
                 if body.logprobs is not None:
                     prompt_ids = plan.prompts[r.choice.prompt_index]
-                    logprobs = R.echo_logprobs(prompt_ids, r.prompt_logprobs, r.logprobs, served.token_text)
+                    logprobs = R.echo_logprobs(
+                        prompt_ids, r.prompt_logprobs, r.logprobs, served.token_text, prompt_text
+                    )
             elif body.logprobs is not None:
                 logprobs = R.completion_logprobs(r.logprobs, served.token_text)
             choices.append(R.completion_choice(r.choice.index, text, r.finish_reason, logprobs, r.stop_reason))

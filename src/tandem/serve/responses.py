@@ -79,11 +79,26 @@ def echo_logprobs(
     prompt_entries: Sequence[TokenLogprob | None] | None,
     entries: Sequence[TokenLogprob],
     token_text: TokenText,
+    prompt_text: str,
 ) -> dict:
-    """Logprobs of an echoed prompt followed by the completion's tokens, offsets from the prompt's start."""
+    """Logprobs of an echoed prompt followed by the completion's tokens; offsets into the returned text
+    (`prompt_text` then the completion's). A prompt token whose text is not there (`<s>`: the
+    tokenizer added it, the echoed prompt never had it) takes no room: its offset is where the text
+    goes on, so every offset points into the choice's text."""
     prompt_entries = prompt_entries if prompt_entries is not None else [None] * len(prompt_ids)
     ids = [*prompt_ids, *(e.token_id for e in entries)]
-    return completion_logprobs([*prompt_entries, *entries], token_text, 0, ids)
+    out = completion_logprobs([*prompt_entries, *entries], token_text, 0, ids)
+    offsets, at = [], 0
+    for text in out["tokens"][: len(prompt_ids)]:
+        offsets.append(at)
+        if text and prompt_text.startswith(text, at):
+            at += len(text)
+    at = len(prompt_text)
+    for text in out["tokens"][len(prompt_ids) :]:
+        offsets.append(at)
+        at += len(text)
+    out["text_offset"] = offsets
+    return out
 
 
 def _chat_token(token_id: int, logprob: float, token_text: TokenText) -> dict[str, Any]:

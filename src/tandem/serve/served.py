@@ -63,11 +63,9 @@ class ServedModel:
 
 def resolve_recipe(recipe: str | None) -> str:
     """The recipe to serve: the one asked for, else the bench's current best (read at call time)."""
-    if recipe:
-        return recipe
     from tandem.optimize import defaults
 
-    return defaults.DEFAULT_RECIPE
+    return defaults.recipe_or_default(recipe)
 
 
 def _usable(defaults: Mapping[str, Any]) -> dict[str, Any]:

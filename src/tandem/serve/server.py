@@ -72,6 +72,11 @@ def describe_defaults(defaults: Mapping[str, Any], source: str) -> str:
     return f"{listed} (the model's generation_config.json; --generation-config vllm for the OpenAI API's)"
 
 
+def engine_threads(config: Settings) -> int:
+    """The engine's torch threads: --threads, else every core (tandem.engine.EngineConfig's default)."""
+    return config.threads or os.cpu_count() or 1
+
+
 def startup_banner(config: Settings, served: ServedModel, port: int) -> str:
     base = f"http://{client_host(config.host)}:{port}"
     body = json.dumps({"model": served.name, "prompt": "def fibonacci(n):", "max_tokens": 64})
@@ -81,6 +86,8 @@ def startup_banner(config: Settings, served: ServedModel, port: int) -> str:
             f"tandem serve is ready at {base} (OpenAI API under {base}/v1)",
             f"  model:  {served.name} ({served.path}), context {served.max_model_len} tokens",
             f"  recipe: {served.recipe}",
+            f"  threads: {engine_threads(config)} torch threads, OMP_WAIT_POLICY "
+            f"{os.environ.get('OMP_WAIT_POLICY', 'unset (OpenMP threads spin while waiting)')}; port {port}",
             f"  slots:  {served.num_slots} running + {config.max_queue} queued sequences; one request at most "
             f"{max_request_sequences(served.num_slots + config.max_queue, config.max_request_share)} "
             f"(--max-request-share {config.max_request_share:g})",
