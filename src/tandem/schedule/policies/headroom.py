@@ -4,10 +4,16 @@ A replica takes a cold start (about a minute) to come up, so a burst of a few se
 scaled for when it comes: the fleet either holds the room for it already or queues it. How much room
 is the traffic's own business, so it is measured, not set:
 
-- Every tick the policy compares the work arriving in the last few seconds (a 10 s window) with the
-  last minute's mean: a `peak`. A queue absorbs part of a burst within the TTFT budget `delay_s`:
-  a burst of `ratio` x the mean lasting `window_s` needs `ratio x window_s / (window_s + delay_s)`
-  x the mean's capacity (network calculus, as `forecast.burst_rate`), and never less than 1.
+- Every tick the policy compares the work that arrived over the last w seconds, for w from the
+  demand window (10 s) doubling up to about the time a forecast needs to catch a change (the cold
+  start plus the forecast's own lag), with what its forecasts had sized the fleet for over those
+  seconds (the forecasts made a cold start before them): a `peak`, the forecast's shortfall
+  (`shortfall_need`). A queue absorbs part of it within the TTFT budget `delay_s`: a shortfall of
+  `ratio` x the forecast lasting `window_s` needs `ratio x window_s / (window_s + delay_s)` x the
+  forecast's capacity (network calculus, as `forecast.burst_rate`), and never less than 1. So the
+  room is held for exactly what the forecast misses: the bursts it cannot see coming, a step it is
+  slow to follow, the noise of the rate the fleet serves now (not of a quieter hour), and nothing for
+  a ramp it followed.
 - `headroom` is a quantile of that need over a sliding horizon, each peak weighted by the work it
   carried: to keep `quantile` of the *requests* within the SLO, the fleet must absorb the bursts
   that carry more than 1 - quantile of the work, however rare they are in time.
@@ -23,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["FeedbackGains", "attainment_window", "burst_need", "feedback", "headroom"]
+__all__ = ["FeedbackGains", "attainment_window", "burst_need", "feedback", "headroom", "peak_windows", "shortfall_need"]
 
 
 def burst_need(ratio: float, window_s: float, delay_s: float) -> float:
@@ -31,6 +37,52 @@ def burst_need(ratio: float, window_s: float, delay_s: float) -> float:
     if window_s <= 0:
         return max(1.0, ratio)
     return max(1.0, ratio * window_s / (window_s + max(delay_s, 0.0)))
+
+
+def peak_windows(shortest_s: float, reaction_s: float) -> tuple[float, ...]:
+    """The windows a shortfall is measured over: `shortest_s`, doubling, while within `reaction_s`."""
+    windows, w = [], max(shortest_s, 1e-9)
+    while w <= reaction_s * (1 + 1e-9) or not windows:
+        windows.append(w)
+        w *= 2
+    return tuple(windows)
+
+
+def shortfall_need(
+    samples: tuple[tuple[float, float], ...],
+    forecasts: tuple[tuple[float, float], ...],
+    now: float,
+    horizon_s: float,
+    windows: tuple[float, ...],
+    delay_s: float,
+    sample_window_s: float,
+    floor: float = 1.0,
+) -> float | None:
+    """The worst need over `windows` of the work that arrived against what the forecasts had sized for.
+
+    `samples`: (time, work arriving over the `sample_window_s` before it); `forecasts`: (time made, work
+    forecast for a `horizon_s` later). Over the last w seconds the fleet was the one the forecasts made in
+    (now - w - horizon_s, now - horizon_s] asked for; the work arriving then was the mean of the samples
+    covering those w seconds. Each forecast counts as at least `floor` (the fleet never holds less than a
+    replica); a NaN forecast is one not to judge (it had too little traffic to go on), and no window it
+    sized counts. None while the forecasts do not reach back far enough for even the shortest window.
+    """
+    if not forecasts or not samples:
+        return None
+    worst = None
+    for w in windows:
+        if forecasts[0][0] > now - w - horizon_s + 1e-9:
+            break  # the windows only grow: no forecast sized this one
+        made = [f for t, f in forecasts if now - w - horizon_s < t <= now - horizon_s + 1e-9]
+        came = [v for t, v in samples if t >= now - max(w - sample_window_s, 0.0) - 1e-9]
+        if not made or not came:
+            continue
+        if any(math.isnan(f) for f in made):
+            break  # a forecast not to be judged (NaN) sized this window, and so every longer one
+        ratio = (sum(came) / len(came)) / max(sum(made) / len(made), floor)
+        need = burst_need(ratio, w, delay_s)
+        worst = need if worst is None else max(worst, need)
+    return worst
 
 
 def headroom(peaks: tuple[tuple[float, float, float], ...], quantile: float) -> float:
