@@ -60,14 +60,18 @@ def test_the_shortfall_is_what_arrived_against_what_was_forecast_a_cold_start_be
     samples = tuple((float(t), 4.0 if t >= 160 else 2.0) for t in range(0, 201, 2))
     windows = (10.0, 20.0, 40.0, 80.0)
     need = shortfall_need(samples, forecasts, now, horizon, windows, delay_s=4.0, sample_window_s=10.0)
-    # 2x for 40 s, a queue absorbing 4 s of it: 2 x 40 / 44 (the 80 s window is 1.5x: 1.5 x 80 / 84 is less)
-    assert need == pytest.approx(2 * 40 / 44)
+    # 4 replicas' work for 40 s, a queue absorbing 4 s of it, needs 4 x 40 / 44 = 3.6 replicas: 1.6 more than
+    # forecast (the 80 s window, 3.2 on average, needs 3.0; the 10 s one 2.9)
+    assert need == pytest.approx(4 * 40 / 44 - 2)
     # A forecast made on too little traffic (NaN) is not judged, nor is any window it sized.
     blind = tuple((t, math.nan if t > 110 else f) for t, f in forecasts)
     assert shortfall_need(samples, blind, now, horizon, windows, 4.0, 10.0) is None
     # Forecasts that do not reach back a cold start: nothing to judge yet.
     assert shortfall_need(samples, forecasts[-20:], now, horizon, windows, 4.0, 10.0) is None
-    # Each forecast counts as at least a replica: 0.1 forecast, 0.5 came: half a replica was never short.
-    low = tuple((t, 0.1) for t, _ in forecasts)
-    half = tuple((t, 0.5) for t, _ in samples)
-    assert shortfall_need(half, low, now, horizon, windows, 4.0, 10.0) == 1.0
+    # A forecast that was enough is no shortfall (never below 0).
+    assert shortfall_need(samples, tuple((t, 5.0) for t, _ in forecasts), now, horizon, windows, 4.0, 10.0) == 0.0
+
+
+def test_the_headroom_of_shortfalls_in_replicas_is_at_least_zero():
+    assert headroom((), 0.99, least=0.0) == 0.0
+    assert headroom(((0.0, 0.0, 9.0), (10.0, 3.0, 1.0)), 0.95, least=0.0) == 3.0

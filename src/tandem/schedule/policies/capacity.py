@@ -169,7 +169,8 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
     backlog = _work(profile, cap, max(demand.output_tokens_per_s, held / params.tpot_slo_s), prompt)
     observed = max(arriving, backlog)
     horizon = profile.cold_start_s if params.horizon_s is None else params.horizon_s
-    samples, peaks, gain, room, attained = state.samples, state.peaks, state.gain, 1.0, state.attained
+    samples, peaks, gain, attained = state.samples, state.peaks, state.gain, state.attained
+    room = 1.0 if delay is None else 0.0  # no TTFT SLO: none (x 1); with one: replicas beyond the forecast
     forecasts = state.forecasts
     if delay is not None and math.isfinite(arriving):
         # The work now and its rise, from the Theil-Sen line of the last `fit_window_s` (a burst of a few
@@ -193,7 +194,7 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
             peaks = (*trim_window(peaks, ctx.now, params.burst_memory_s), (ctx.now, need, arriving))
         forecasts = (*trim_window(state.forecasts, ctx.now, horizon + windows[-1] + 2 * max(dt, 1.0)),
                      (ctx.now, judged))  # fmt: skip
-        room = headroom(peaks, params.headroom_quantile)
+        room = headroom(peaks, params.headroom_quantile, least=0.0)  # replicas beyond the forecast
         if params.feedback is not None:
             attained = attainment_window(attained, demand.slo_attainment, demand.requests_per_s, dt,
                                          params.feedback)  # fmt: skip
@@ -217,7 +218,7 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         # What is in flight already is served by the replicas it is on; a replica started for it would come a
         # cold start too late. It keeps the fleet from shrinking under it, it does not grow it.
         backlog = min(backlog, float(ctx.current_replicas))
-    predicted = max(backlog, ahead * room * gain, 0.0)
+    predicted = max(backlog, (ahead * room if delay is None else ahead + room) * gain, 0.0)
     queued_since = state.queued_since
     if ctx.buffered <= 0:
         queued_since = None
