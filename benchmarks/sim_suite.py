@@ -149,17 +149,35 @@ def main() -> None:
     parser.add_argument("--traces", default=",".join(SUITE))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--capacity-params", default="{}", help="JSON: capacity parameters to change")
+    parser.add_argument("--policies", default="oracle,capacity,static-peak,hpa,kpa", help="the policies to simulate")
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        help="a previous result (same traces, SLO, minutes): the runs of the "
+        "policies not simulated now are taken from it (for a change to one policy alone)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     slo_args = (args.slo_ttft_s, args.slo_tpot_s, args.target)
     overrides = json.loads(args.capacity_params)
-    jobs = []
-    for name in args.traces.split(","):
-        jobs += [(name, p, None, slo_args, overrides) for p in ("oracle", "capacity", "static-peak")]
-        jobs += [(name, p, float(u), slo_args, None) for p in ("hpa", "kpa") for u in args.utilizations.split(",")]
+    policies = args.policies.split(",")
+    jobs, traces = [], args.traces.split(",")
+    for name in traces:
+        jobs += [(name, p, None, slo_args, overrides) for p in ("oracle", "capacity", "static-peak") if p in policies]
+        jobs += [(name, p, float(u), slo_args, None) for p in ("hpa", "kpa") if p in policies
+                 for u in args.utilizations.split(",")]  # fmt: skip
+    reused = []
+    if args.reuse is not None:
+        before = json.loads(args.reuse.read_text())
+        if before["slo"] != {"ttft_s": slo_args[0], "tpot_s": slo_args[1], "target": slo_args[2]} or (
+            before["minutes_per_trace"] != MINUTES
+        ):
+            parser.error(f"{args.reuse} was made with another SLO or trace length")
+        reused = [r for r in before["runs"] if r["policy"] not in policies and r["trace"] in traces]
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         runs = list(pool.map(one, jobs))
+    runs = sorted(runs + reused, key=lambda r: traces.index(r["trace"]))  # each trace's runs together, in order
     wall = time.perf_counter() - started
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = children.ru_utime + children.ru_stime  # the workers' CPU seconds: what an idle machine would take
@@ -171,6 +189,9 @@ def main() -> None:
         "wall_s": wall,
         "cpu_s": cpu,
         "workers": args.workers,
+        "simulated": len(jobs),
+        "reused_from": str(args.reuse) if args.reuse is not None else None,
+        "reused_runs": len(reused),
         "minutes_per_trace": MINUTES,
         "capacity_params": overrides,
         "slo": {"ttft_s": args.slo_ttft_s, "tpot_s": args.slo_tpot_s, "target": args.target},

@@ -47,3 +47,16 @@ def test_a_short_burst_needs_less_than_its_peak_when_the_queue_may_absorb_it():
 
 def test_no_samples_no_rate():
     assert burst_rate((), 1.0, 1.0) == 0.0 and burst_rate(((0.0, 3.0),), 1.0, 1.0) == 3.0
+
+
+def test_the_robust_line_ignores_a_short_burst_and_gives_the_level_now():
+    from tandem.schedule.policies.forecast import robust_line
+
+    flat = tuple((float(t), 10.0 * (5 if 60 <= t < 70 else 1)) for t in range(0, 120, 2))  # a 10 s burst at 5x
+    level, slope = robust_line(flat, 118.0)
+    assert level == pytest.approx(10.0) and slope == pytest.approx(0.0)
+    ramp = tuple((float(t), 2.0 + 0.5 * t) for t in range(0, 120, 2))  # a minute's median would say 32
+    level, slope = robust_line(ramp, 118.0)
+    assert level == pytest.approx(61.0) and slope == pytest.approx(0.5)
+    assert robust_line((), 0.0) == (0.0, 0.0)
+    assert robust_line(((3.0, 7.0),), 5.0) == (7.0, 0.0)

@@ -42,3 +42,36 @@ def test_the_attainment_window_decays_old_requests():
     assert (good, total) == (10.0, 20.0)
     good, total = attainment_window((good, total), 1.0, 10.0, 300.0, gains)  # 3,000 more, all within
     assert good / total > 0.99 and total == pytest.approx(20 / math.e + 3000)
+
+
+def test_the_shortfall_windows_double_up_to_the_reaction_time():
+    from tandem.schedule.policies.headroom import peak_windows
+
+    assert peak_windows(10.0, 96.0) == (10.0, 20.0, 40.0, 80.0)
+    assert peak_windows(10.0, 5.0) == (10.0,)
+
+
+def test_the_shortfall_is_what_arrived_against_what_was_forecast_a_cold_start_before():
+    from tandem.schedule.policies.headroom import shortfall_need
+
+    now, horizon = 200.0, 60.0
+    forecasts = tuple((float(t), 2.0) for t in range(0, 200, 2))  # the fleet was sized for 2 replicas' work
+    # The last 40 s brought 4 replicas' work (samples are 10 s windows: the last 30 s of them cover 40 s).
+    samples = tuple((float(t), 4.0 if t >= 160 else 2.0) for t in range(0, 201, 2))
+    windows = (10.0, 20.0, 40.0, 80.0)
+    need = shortfall_need(samples, forecasts, now, horizon, windows, delay_s=4.0, sample_window_s=10.0)
+    # 4 replicas' work for 40 s, a queue absorbing 4 s of it, needs 4 x 40 / 44 = 3.6 replicas: 1.6 more than
+    # forecast (the 80 s window, 3.2 on average, needs 3.0; the 10 s one 2.9)
+    assert need == pytest.approx(4 * 40 / 44 - 2)
+    # A forecast made on too little traffic (NaN) is not judged, nor is any window it sized.
+    blind = tuple((t, math.nan if t > 110 else f) for t, f in forecasts)
+    assert shortfall_need(samples, blind, now, horizon, windows, 4.0, 10.0) is None
+    # Forecasts that do not reach back a cold start: nothing to judge yet.
+    assert shortfall_need(samples, forecasts[-20:], now, horizon, windows, 4.0, 10.0) is None
+    # A forecast that was enough is no shortfall (never below 0).
+    assert shortfall_need(samples, tuple((t, 5.0) for t, _ in forecasts), now, horizon, windows, 4.0, 10.0) == 0.0
+
+
+def test_the_headroom_of_shortfalls_in_replicas_is_at_least_zero():
+    assert headroom((), 0.99, least=0.0) == 0.0
+    assert headroom(((0.0, 0.0, 9.0), (10.0, 3.0, 1.0)), 0.95, least=0.0) == 3.0

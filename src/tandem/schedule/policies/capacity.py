@@ -9,18 +9,20 @@
   arrivals (the growth of in-flight requests plus the completions, times the tokens per request
   seen so far), what was served, and what the in-flight sequences need at the SLO pace (in-flight
   x 1 / tpot; served tokens saturate at capacity, so without it a queue would never show up).
-- Forecast: Holt's linear smoothing (level + trend) of the work, projected over the replicas' cold
-  start: what is started now serves the demand of then. The forecast only adds: the present
-  demand is never undersized.
+- Forecast (with `ttft_slo_s`): the Theil-Sen line of the last two minutes' arriving work (a burst of a
+  few seconds moves neither its level nor its slope), its value now plus its rise over the cold start:
+  what is started now serves the demand of then. A fall is not projected (replicas stop at once, so the
+  fleet shrinks when demand has fallen, never ahead of it). Without a TTFT SLO: Holt's linear smoothing.
 - Per phase, on the live length mix: the capacity at the SLO (`slo.slo_capacity`) is the decode batch
   whose TPOT holds with the observed prompts prefilled beside it, and (with `ttft_slo_s`) whose
   prompt tokens/s still queue and prefill within the TTFT budget; the mix (prompt and output tokens
   per request) is smoothed from what the gateway sees now, never fixed.
-- Headroom (with `ttft_slo_s`): bursts shorter than a cold start come and go before a replica could
-  start, so the fleet holds a work-weighted quantile of the traffic's own short-window peaks against
-  its minute mean over the last `burst_memory_s` (`headroom.headroom`), of what each needs once a
-  queue absorbs its share of the TTFT SLO; the observed SLO attainment (when the gateway reports it)
-  corrects that headroom slowly (`headroom.feedback`). Longer rises are followed by the forecast.
+- Headroom (with `ttft_slo_s`): what the forecast misses (a burst it cannot see coming, a step it is slow
+  to follow, the noise of the rate served now) is held as room: a work-weighted quantile, over the last
+  `burst_memory_s`, of each recent shortfall (the work of the last 10 s doubling up to ~80 s against what the
+  forecasts made a cold start before had sized the fleet for) once a queue absorbs its share of the TTFT
+  SLO (`headroom.shortfall_need`, `headroom.headroom`); the observed SLO attainment (when the gateway
+  reports it) corrects that headroom slowly (`headroom.feedback`).
 - Queueing (with `ttft_slo_s`): requests are discrete and hold a slot each, so the fleet is an M/G/c
   queue of replicas x batch slots; square-root staffing adds `staffing_beta` x sqrt(busy slots).
 - Arrivals: counted as they come when the gateway counts them (`TokenDemand.arrived_*`), else
@@ -38,10 +40,20 @@ from dataclasses import dataclass, replace
 
 from tandem.contracts import Profile
 from tandem.schedule.policies.context import PolicyState, ScaleContext, apply_limits, trim_window
-from tandem.schedule.policies.forecast import holt
-from tandem.schedule.policies.headroom import FeedbackGains, attainment_window, burst_need, feedback, headroom
+from tandem.schedule.policies.forecast import holt, robust_line
+from tandem.schedule.policies.headroom import (
+    FeedbackGains,
+    attainment_window,
+    feedback,
+    headroom,
+    peak_windows,
+    shortfall_need,
+)
 from tandem.schedule.policies.hpa import stabilize
 from tandem.schedule.policies.slo import SloCapacity, slo_capacity
+
+# A Theil-Sen line follows a step once the step covers ~29% of its window (its breakdown point).
+_FIT_LAG = 0.3
 
 __all__ = ["CapacityParams", "SloCapacity", "capacity", "slo_capacity", "tier_replicas"]
 
@@ -54,8 +66,8 @@ class CapacityParams:
     queue_share: float = 0.75  # the share of the TTFT SLO a request may spend queued (the rest: its prefill)
     burst_memory_s: float = 1800.0  # how far back the peaks the headroom is a quantile of reach
     headroom_quantile: float = 0.99  # of the peaks' needs, weighted by their work (the share of requests kept)
-    peak_window_s: float = 10.0  # the short window a peak is measured over (the gateway's demand window)
-    mean_window_s: float = 60.0  # ... against the mean of this long
+    peak_window_s: float = 10.0  # the shortest window a shortfall is measured over (the gateway's demand window)
+    mean_window_s: float = 60.0  # the median of this long is what the notes call "observed"
     feedback: FeedbackGains | None = FeedbackGains()  # attainment feedback on the headroom (None: off)
     chunk_tokens: int = 512  # prompt tokens per engine iteration (chunked prefill), for the TTFT bound
     staffing_beta: float = 1.0  # square-root staffing: beta x sqrt(slots busy) slots more (with ttft_slo_s)
@@ -63,6 +75,7 @@ class CapacityParams:
     target_utilization: float = 1.0  # plan replicas busy at most this fraction of their capacity
     level_time_s: float = 20.0  # Holt level: time constant of its smoothing (0: none)
     trend_time_s: float = 120.0  # Holt trend: time constant (longer than a cold start: ramps, not noise)
+    fit_window_s: float = 120.0  # with ttft_slo_s: the robust line (level now + rise) is fitted over this long
     horizon_s: float | None = None  # forecast horizon; None: the profile's cold start
     scale_down_stabilization_s: float = 60.0
     min_tier_tokens_per_s: float = 0.0  # output demand the persistent tier is sized for
@@ -156,40 +169,56 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
     backlog = _work(profile, cap, max(demand.output_tokens_per_s, held / params.tpot_slo_s), prompt)
     observed = max(arriving, backlog)
     horizon = profile.cold_start_s if params.horizon_s is None else params.horizon_s
-    samples, peaks, gain, room, attained = state.samples, state.peaks, state.gain, 1.0, state.attained
+    samples, peaks, gain, attained = state.samples, state.peaks, state.gain, state.attained
+    room = 1.0 if delay is None else 0.0  # no TTFT SLO: none (x 1); with one: replicas beyond the forecast
+    forecasts = state.forecasts
     if delay is not None and math.isfinite(arriving):
-        # The forecast follows the minute's median (a burst of a few seconds does not move it); a peak (the
-        # last `peak_window_s`) is measured against the median of the minute before it: the headroom's.
-        samples = (*trim_window(samples, ctx.now, params.mean_window_s + params.peak_window_s), (ctx.now, arriving))
-        before = [v for t, v in samples if t <= ctx.now - params.peak_window_s] or [v for _, v in samples]
-        base = statistics.median(before)
-        # Only against a whole minute of traffic: a start from nothing is a ramp for the forecast, not a burst.
-        whole = samples[0][0] <= ctx.now - params.peak_window_s - 0.9 * params.mean_window_s
-        if base > 0 and whole and min(before) > 0:
-            need = burst_need(arriving / base, params.peak_window_s, delay)
+        # The work now and its rise, from the Theil-Sen line of the last `fit_window_s` (a burst of a few
+        # seconds moves neither; a minute's median would lag a ramp by half a minute). A rise is projected
+        # over the cold start (what is started now serves the demand of then); a fall is not: replicas stop
+        # at once, so the fleet shrinks when the demand has fallen, never ahead of it.
+        windows = peak_windows(params.peak_window_s, horizon + _FIT_LAG * params.fit_window_s)
+        memory = max(params.mean_window_s + params.peak_window_s, params.fit_window_s, windows[-1])
+        samples = (*trim_window(samples, ctx.now, memory), (ctx.now, arriving))
+        fit = tuple((t, v) for t, v in samples if t > ctx.now - params.fit_window_s)
+        level, trend = robust_line(fit, ctx.now)
+        ahead = max(level + max(trend, 0.0) * horizon, 0.0)
+        # A forecast is judged only when it had a whole window of traffic to go on: a start from nothing is a
+        # step no ratio describes (the line follows it), not a shortfall to hold room for all the next hour.
+        judged = ahead if fit[0][0] <= ctx.now - 0.9 * params.fit_window_s and min(v for _, v in fit) > 0 else math.nan
+        # The headroom: a quantile of what the forecasts missed (`headroom.shortfall_need`), each shortfall of
+        # the last w seconds (10 s doubling up to the cold start + the line's lag) against the forecasts that
+        # sized the fleet for them; weighted by the work that came.
+        need = shortfall_need(samples, state.forecasts, ctx.now, horizon, windows, delay, params.peak_window_s)
+        if need is not None:
             peaks = (*trim_window(peaks, ctx.now, params.burst_memory_s), (ctx.now, need, arriving))
-        room = headroom(peaks, params.headroom_quantile)
+        forecasts = (*trim_window(state.forecasts, ctx.now, horizon + windows[-1] + 2 * max(dt, 1.0)),
+                     (ctx.now, judged))  # fmt: skip
+        room = headroom(peaks, params.headroom_quantile, least=0.0)  # replicas beyond the forecast
         if params.feedback is not None:
             attained = attainment_window(attained, demand.slo_attainment, demand.requests_per_s, dt,
                                          params.feedback)  # fmt: skip
             share = attained[0] / attained[1] if attained[1] > 0 else None
-            if share is not None and share < params.feedback.target and ctx.ready_replicas < ctx.current_replicas:
-                share = None  # misses while replicas are still starting are the forecast's, not the headroom's
+            starting = ctx.ready_replicas < ctx.current_replicas
+            blind = any(math.isnan(f) for _, f in forecasts)  # the last few minutes' forecasts had no traffic to go on
+            if share is not None and share < params.feedback.target and (starting or blind):
+                share = None  # misses while replicas start, or after a start from nothing, are not the headroom's
             gain = feedback(gain, share, dt, params.feedback)
         observed = statistics.median(v for t, v in samples if t > ctx.now - params.mean_window_s)
-    level, trend = holt(state.level, state.trend, state.updated_at, observed, ctx.now, params.level_time_s,
-                        params.trend_time_s)  # fmt: skip
-    # The smoothed arrivals with their headroom, never below the backlog. Requests come one by one and hold
-    # a slot for a while, so a fleet of W replicas' work (W x batch slots busy) is an M/G/c queue: square-root
-    # staffing (Halfin-Whitt) keeps its waiting rare with beta x sqrt(W x batch) slots more: beta x sqrt(W / batch)
+    else:
+        level, trend = holt(state.level, state.trend, state.updated_at, observed, ctx.now, params.level_time_s,
+                            params.trend_time_s)  # fmt: skip
+        ahead = max(level + trend * horizon, 0.0)
+    # The forecast with its headroom, never below the backlog. Requests come one by one and hold a slot for a
+    # while, so a fleet of W replicas' work (W x batch slots busy) is an M/G/c queue: square-root staffing
+    # (Halfin-Whitt) keeps its waiting rare with beta x sqrt(W x batch) slots more: beta x sqrt(W / batch)
     # replicas.
-    ahead = max(level + trend * horizon, 0.0)
     if delay is not None:
         ahead += params.staffing_beta * math.sqrt(ahead / max(cap.batch, 1))
         # What is in flight already is served by the replicas it is on; a replica started for it would come a
         # cold start too late. It keeps the fleet from shrinking under it, it does not grow it.
         backlog = min(backlog, float(ctx.current_replicas))
-    predicted = max(backlog, ahead * room * gain, 0.0)
+    predicted = max(backlog, (ahead * room if delay is None else ahead + room) * gain, 0.0)
     queued_since = state.queued_since
     if ctx.buffered <= 0:
         queued_since = None
@@ -211,6 +240,7 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         recommendations=(*history, (ctx.now, raw)),
         samples=samples,
         peaks=peaks,
+        forecasts=forecasts,
         gain=gain,
         attained=attained,
         queued_since=queued_since,

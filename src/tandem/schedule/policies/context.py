@@ -92,7 +92,8 @@ class PolicyState:
     out_per_request: float | None = None  # capacity: output tokens per request (smoothed)
     in_flight: int | None = None  # capacity: in-flight requests at the last tick (arrivals = growth + completions)
     arrivals: float | None = None  # capacity: requests arriving per second (smoothed)
-    peaks: tuple[tuple[float, float, float], ...] = ()  # capacity: (time, burst need / minute mean, weight)
+    peaks: tuple[tuple[float, float, float], ...] = ()  # capacity: (time, need / what was forecast, weight)
+    forecasts: tuple[tuple[float, float], ...] = ()  # capacity: (time made, work forecast a cold start ahead)
     gain: float = 1.0  # capacity: the attainment feedback's correction of the headroom
     attained: tuple[float, float] = (0.0, 0.0)  # capacity: (requests within the SLO, requests), decayed
     queued_since: float | None = None  # capacity: since when requests have waited at the gateway without a break

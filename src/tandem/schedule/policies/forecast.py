@@ -11,15 +11,20 @@
   (network calculus), so R >= A(w) / (w + delay) for every w. Bursts shorter than a cold start
   cannot be scaled for when they come; this keeps the capacity that absorbs the recent ones
   within the TTFT SLO, and no more: a burst a queue can absorb within the budget costs nothing.
+- `robust_line`: the Theil-Sen line through (time, value) samples: the median of the pairwise slopes
+  and the median intercept. A burst that covers under ~29% of the samples moves neither (its breakdown
+  point), and the level it gives is the line's value *now*, not the window's middle: a median of the
+  last minute lags a ramp by half a minute, this does not.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-__all__ = ["burst_rate", "holt"]
+__all__ = ["burst_rate", "holt", "robust_line"]
 
 
 def holt(
@@ -64,3 +69,27 @@ def burst_rate(
         if window >= span:
             return best
         window = min(window * 2, span)
+
+
+@functools.lru_cache(maxsize=8)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(n, k=1)
+
+
+def robust_line(samples: tuple[tuple[float, float], ...], now: float) -> tuple[float, float]:
+    """(the Theil-Sen line's value at `now`, its slope per second) through `samples` (time, value).
+
+    One sample (or all at one time): (its median, 0). None: (0, 0).
+    """
+    if not samples:
+        return 0.0, 0.0
+    points = np.asarray(samples, dtype=float)
+    times, values = points[:, 0], points[:, 1]
+    i, j = _pairs(len(times))
+    apart = times[j] - times[i]
+    keep = apart > 0
+    if not keep.any():
+        return float(np.median(values)), 0.0
+    slope = float(np.median((values[j][keep] - values[i][keep]) / apart[keep]))
+    intercept = float(np.median(values - slope * (times - now)))
+    return intercept, slope

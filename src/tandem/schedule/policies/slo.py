@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from tandem.contracts import Profile
 from tandem.schedule.policies.context import TokenDemand
 
@@ -46,6 +48,18 @@ def _ttft_ok(
     return busy < 1 and service / (1 - busy) <= budget_s
 
 
+def _decode_rates(profile: Profile, most: int) -> list[float]:
+    """`profile.decode_capacity(b)` for b in 0..most at once (the same interpolation: linear from 0 up to
+    the first measured batch, between measured ones, flat after the last)."""
+    points = sorted(profile.decode_tokens_per_s.items())
+    if not points:
+        return [0.0] * (most + 1)
+    sizes, speeds = [b for b, _ in points], [t for _, t in points]
+    if sizes[0] > 0:
+        sizes, speeds = [0, *sizes], [0.0, *speeds]
+    return [float(r) for r in np.interp(np.arange(most + 1), sizes, speeds)]
+
+
 def slo_capacity(
     profile: Profile,
     tpot_slo_s: float,
@@ -80,9 +94,11 @@ def slo_capacity(
         if fits < most:
             most, limit = fits, "kv"
 
+    rates = _decode_rates(profile, most)  # rates[b]: decode tokens/s at batch b (rates[0] unused)
+
     def point(batch: int) -> tuple[str | None, float, float]:
         """(what it breaks or None, seconds per output token, prompt tokens/s) at `batch`."""
-        rate = profile.decode_capacity(batch)
+        rate = rates[batch] if batch <= most else profile.decode_capacity(batch)
         decode_s = batch / rate if rate > 0 else math.inf
         per_token = decode_s + batch * share
         if per_token > tpot_slo_s * (1 + 1e-9):
@@ -95,7 +111,7 @@ def slo_capacity(
     best: SloCapacity | None = None
     for batch in range(1, most + 1):
         broken, per_token, prompt_rate = point(batch)
-        rate = profile.decode_capacity(batch)
+        rate = rates[batch]
         if broken is None and (best is None or rate >= best.output_tokens_per_s):
             best = SloCapacity(batch, rate, True, limit, per_token, prompt_rate)
     if best is None:
