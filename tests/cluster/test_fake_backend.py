@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.cluster import Backend, BackendError, FakeBackend, ReplicaSpec, ReplicaState
+from tandem.cluster.room import NodeBudget
 
 
 class Clock:
@@ -67,3 +68,52 @@ def test_spec_validation():
         ReplicaSpec(variant="", recipe="x")
     with pytest.raises(ValueError):
         ReplicaSpec(variant="v", recipe="x", threads=0)
+
+
+MiB = 1 << 20
+
+
+def sized(variant: str, mib: int) -> ReplicaSpec:
+    return ReplicaSpec(variant=variant, recipe="baseline", memory_bytes=mib * MiB)
+
+
+def test_a_replica_that_does_not_fit_waits_pending_and_is_placed_once_room_frees():
+    clock = Clock()
+    backend = FakeBackend(clock, startup_s=5.0, memory_bytes=1000 * MiB)
+    a = backend.start(sized("a", 600))
+    b = backend.start(sized("b", 500))
+    assert a.pending is None and a.url and b.pending is not None and not b.url
+    assert b.state is ReplicaState.STARTING and b.pending.reason == "no room: needs 500 MiB, free 400 MiB on node local"
+    assert [r.replica_id for r in backend.list()] == [a.replica_id, b.replica_id]
+    assert backend.health(b.replica_id) is False
+    (room,) = backend.room()
+    assert room.used_bytes == 600 * MiB
+    clock.now = 10.0
+    backend.stop(a.replica_id)
+    assert [e.replica.replica_id for e in backend.exits()] == [a.replica_id]  # and b is placed
+    (placed,) = backend.list()
+    assert placed.replica_id == b.replica_id and placed.pending is None and placed.node == "local"
+    assert placed.started_at == 10.0  # its start (and its startup_s) counts from its placement
+    clock.now = 14.0
+    assert not backend.health(b.replica_id)
+    clock.now = 15.0
+    assert backend.health(b.replica_id)
+
+
+def test_waiting_replicas_go_largest_first_and_a_stopped_one_just_leaves():
+    clock = Clock()
+    backend = FakeBackend(clock, nodes=[NodeBudget("n1", 1000 * MiB), NodeBudget("n2", 300 * MiB)])
+    big = backend.start(sized("big", 700))
+    small = backend.start(sized("small", 200))
+    assert (big.node, small.node) == ("n1", "n1")  # first fit
+    w1, w2, w3 = backend.start(sized("w", 300)), backend.start(sized("w", 800)), backend.start(sized("w", 900))
+    assert w1.node == "n2" and w2.pending.cause == "no-room" and w3.pending.cause == "no-room"
+    assert backend.start(sized("huge", 2000)).pending.cause == "too-large"
+    backend.stop(w3.replica_id)  # never placed: leaves, reported as asked
+    assert backend.exits()[-1].expected
+    backend.crash(big.replica_id)
+    backend.exits()
+    assert {r.replica_id: r.node for r in backend.list() if r.variant == "w"} == {
+        w1.replica_id: "n2",
+        w2.replica_id: "n1",
+    }

@@ -246,3 +246,53 @@ def test_a_replica_log_file_name_fits_whatever_the_variant_is_called(tmp_path):
     process = popen_spawner(tmp_path)([sys.executable, "-c", "print('hello')"], {}, long_id)
     assert process.process.wait(30) == 0
     assert (tmp_path / name).read_text() == "hello\n"
+
+
+MiB = 1 << 20
+
+
+def test_a_replica_that_does_not_fit_the_budget_waits_with_no_process_until_memory_frees(caplog):
+    world = World()
+    backend = world.backend(memory_bytes=1000 * MiB)
+    first = backend.start(ReplicaSpec(variant="a", recipe="baseline", memory_bytes=600 * MiB))
+    second = backend.start(ReplicaSpec(variant="b", recipe="int8", memory_bytes=500 * MiB))
+    assert second.state is ReplicaState.STARTING and second.url == "" and second.replica_id not in world.processes
+    assert second.pending.reason == "no room: needs 500 MiB, free 400 MiB on node local"
+    assert "waits for memory: no room: needs 500 MiB" in caplog.text
+    assert [r.replica_id for r in backend.list()] == [first.replica_id, second.replica_id]
+    assert backend.health(second.replica_id) is False and backend.exits() == []
+    world.processes[first.replica_id].exit_on_term = False
+    world.now = 5.0
+    backend.stop(first.replica_id)
+    backend.exits()
+    assert second.replica_id not in world.processes  # the first still holds its memory while it shuts down
+    world.processes[first.replica_id].code = 0
+    assert [e.replica.replica_id for e in backend.exits()] == [first.replica_id]  # it exited: b is placed
+    (placed,) = backend.list()
+    assert placed.replica_id == second.replica_id and placed.pending is None and placed.url and placed.started_at == 5.0
+    assert second.replica_id in world.processes
+    assert backend.room()[0].used_bytes == 500 * MiB
+
+
+def test_a_waiting_replica_stopped_leaves_and_one_that_cannot_spawn_is_a_failed_start():
+    world = World()
+    backend = world.backend(memory_bytes=1000 * MiB)
+    holder = backend.start(ReplicaSpec(variant="a", recipe=None, memory_bytes=900 * MiB))
+    left = backend.start(ReplicaSpec(variant="b", recipe=None, memory_bytes=500 * MiB))
+    doomed = backend.start(ReplicaSpec(variant="c", recipe=None, memory_bytes=400 * MiB))
+    backend.drain(left.replica_id)  # a waiting replica holds no request: it just leaves
+    assert [(e.replica.replica_id, e.expected) for e in backend.exits()] == [(left.replica_id, True)]
+    backend.spawn = lambda argv, env, rid: (_ for _ in ()).throw(OSError("no python"))  # the next spawn fails
+    world.processes[holder.replica_id].code = 1
+    ended = {e.replica.replica_id: e for e in backend.exits()}
+    assert (
+        not ended[doomed.replica_id].expected
+        and "cannot start replica c-3: no python" in ended[doomed.replica_id].output
+    )
+    assert backend.list() == []
+
+
+def test_the_default_budget_is_this_machines_ram_less_its_margin():
+    from tandem.cluster.room import local_memory_budget
+
+    assert World().backend().room()[0].memory_bytes == local_memory_budget()

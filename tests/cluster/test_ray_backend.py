@@ -43,15 +43,16 @@ def spec(region: str = "local", memory: int = GiB, threads: int = 1, variant: st
 def test_a_replica_goes_starting_placed_ready_and_its_demand_is_the_spec():
     w = World()
     assert isinstance(w.backend, Backend)
-    replica = w.backend.start(spec(region="eu", memory=3 * GiB, threads=2))
+    replica = w.backend.start(spec(region="eu", memory=2 * GiB, threads=2))
     assert replica.state is ReplicaState.STARTING and replica.url == "" and replica.replica_id == "fast-1"
-    demand = w.placer.actors["fast-1"].demand
-    assert (demand.cpus, demand.memory_bytes, demand.region) == (2.0, 3 * GiB, "eu")
+    actor = w.placer.actors["fast-1"]
+    assert (actor.demand.cpus, actor.demand.memory_bytes, actor.demand.region) == (2.0, 2 * GiB, "eu")
+    assert actor.node_id == "aaaa1111"  # tandem placed it by memory: pinned to the eu node
     assert w.backend.health("fast-1") is False  # not placed: nothing to probe
-    placement = w.placer.launch("fast-1", node_id="bbbb2222", port=9100)
+    placement = w.placer.launch("fast-1", port=9100)
     assert w.backend.exits() == []  # refresh: the address is known now
     (listed,) = w.backend.list()
-    assert listed.url == "http://10.0.0.1:9100" and listed.node == "bbbb2222" and listed.pending is None
+    assert listed.url == "http://10.0.0.1:9100" and listed.node == "aaaa1111" and listed.pending is None
     assert w.backend.placement("fast-1") == placement
     assert w.backend.health("fast-1") is False  # loading
     w.ready.add(listed.url)
@@ -73,11 +74,14 @@ def test_a_replica_too_large_for_any_node_is_pending_with_the_reason_at_once():
     w.backend.exits()
     (replica,) = w.backend.list()
     assert replica.state is ReplicaState.STARTING and replica.pending is not None
-    assert replica.pending.cause == "too-large"
-    assert "memory 8.00 GiB (the most any node has is 4.00 GiB)" in replica.pending.detail
-    w.placer.launch("fast-1")  # the cluster grew (an autoscaler added a node): placed after all
+    assert replica.pending.reason == (
+        "too large: needs 8.00 GiB, more than any node holds (the largest budget is 4.00 GiB, node bbbb2222)"
+    )
+    assert "fast-1" not in w.placer.actors  # nothing asked of Ray for it
+    # The cluster grew (an autoscaler added a node): placed after all, on that node.
+    w.placer.node_views.append(NodeView("cccc3333", "10.0.0.3", {}, {"CPU": 4, "memory": 16 * GiB}))
     w.backend.exits()
-    assert w.backend.list()[0].pending is None
+    assert w.backend.list()[0].pending is None and w.placer.actors["fast-1"].node_id == "cccc3333"
 
 
 def test_a_region_no_node_carries_is_pending_naming_the_labels_there_are():
@@ -195,7 +199,7 @@ def test_an_actor_that_dies_before_it_was_placed_is_a_failed_start():
 def test_ray_refusing_the_request_is_a_backend_error_and_unknown_ids_too():
     w = World()
 
-    def refuse(*_args):
+    def refuse(*_args, **_options):
         raise ValueError("Invalid resource name 'memory': negative")
 
     w.placer.place = refuse
@@ -244,7 +248,7 @@ def test_a_replica_pending_past_the_start_timeout_is_a_failed_start_that_says_wh
     w = World()
     big = {"name": "big", "recipe": "int8", "resources": {"memory": "8GiB"}}
     ctl = controller(w, big, start_timeout_s=60, restart_backoff_s=5)
-    ctl.tick()  # asks Ray for it; the next tick's refresh learns that Ray cannot place it
+    ctl.tick()  # no node is large enough: it waits, Ray not asked
     ctl.tick()
     assert w.backend.list()[0].pending.cause == "too-large"
     assert ctl.snapshot().replicas[0].pending.cause == "too-large"  # the controller's own view
@@ -253,4 +257,44 @@ def test_a_replica_pending_past_the_start_timeout_is_a_failed_start_that_says_wh
     assert report.stopped == ["big-1"] and ("release", "big-1") in w.placer.calls
     history = ctl.starts["big"]
     assert history.failures == 1
-    assert history.last_error.startswith("not ready after 61 s; stopped (pending (too-large): no node is large")
+    assert history.last_error.startswith("not ready after 61 s; stopped (pending (too-large): needs 8.00 GiB, more")
+
+
+MiB = 1 << 20
+THREE = [  # three nodes of one region, as a test cluster has them (Ray's `memory`: its accounting)
+    NodeView("head0000", "10.0.0.1", {}, {"CPU": 4, "memory": 2 * GiB}, {"CPU": 4, "memory": 2 * GiB}),
+    NodeView("node1111", "10.0.0.2", {}, {"CPU": 4, "memory": 2 * GiB}, {"CPU": 4, "memory": 2 * GiB}),
+    NodeView("node2222", "10.0.0.3", {}, {"CPU": 4, "memory": 1 * GiB}, {"CPU": 4, "memory": 1 * GiB}),
+]
+
+
+def test_two_models_pack_by_memory_a_variant_spreads_and_one_that_fits_nowhere_waits_then_is_placed():
+    w = World(THREE)
+    code = [w.backend.start(spec(memory=1200 * MiB, variant="code")) for _ in range(2)]
+    chat = [w.backend.start(spec(memory=700 * MiB, variant="chat")) for _ in range(3)]
+    pinned = {rid: a.node_id for rid, a in w.placer.actors.items()}
+    # code spreads over the two large nodes; chat goes first where no chat is and room is left.
+    assert [pinned[r.replica_id] for r in code] == ["head0000", "node1111"]
+    assert [pinned[r.replica_id] for r in chat] == ["head0000", "node1111", "node2222"]
+    waiting = w.backend.start(spec(memory=900 * MiB, variant="code"))
+    assert waiting.replica_id not in w.placer.actors
+    assert (
+        waiting.pending.reason
+        == "no room: needs 900 MiB, free 324 MiB on node node2222 (the most free on any of 3 nodes)"
+    )
+    # A chat replica stops: its node's memory is free once its actor has ended, and the waiting one goes there.
+    w.placer.launch(chat[2].replica_id)
+    w.backend.exits()
+    w.backend.stop(chat[2].replica_id)
+    w.backend.exits()
+    assert waiting.replica_id not in w.placer.actors  # still stopping: it holds its memory
+    w.placer.exit(chat[2].replica_id, 0)
+    w.backend.exits()
+    assert w.placer.actors[waiting.replica_id].node_id == "node2222"
+    assert next(r for r in w.backend.list() if r.replica_id == waiting.replica_id).pending is None
+
+
+def test_replicas_without_a_memory_figure_are_left_to_rays_spread():
+    w = World(THREE)
+    w.backend.start(spec(memory=0))
+    assert w.placer.actors["fast-1"].node_id is None

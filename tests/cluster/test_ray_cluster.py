@@ -25,6 +25,8 @@ from metrics_text import scrape, total
 from server_process import ServerProcess
 from tiny_models import save_tiny
 
+from tandem.cluster import ReplicaSpec
+from tandem.cluster.external import ExternalEngine
 from tandem.cluster.ray import RayBackend
 from tandem.cluster.ray.runtime import RayPlacer
 from tandem.edge.settings import settings_variables
@@ -182,7 +184,7 @@ def test_a_burst_scales_one_to_three_replicas_spread_over_the_nodes_and_back(ray
 
 def test_variants_pack_as_memory_allows_and_one_too_large_for_any_node_is_pending(ray_cluster, model_dir, tmp_path):
     # All three want the eu node (3 GiB, 4 CPUs): two `small` (1 GiB each, from their Profile) and a
-    # `medium` (1.5 GiB) need 3.5 GiB, so Ray places two of them there and keeps one waiting; `big`
+    # `medium` (1.5 GiB) need 3.5 GiB, so the two `small` are placed there and `medium` waits; `big`
     # (5 GiB) fits no node at all.
     raw = deployment(
         model_dir,
@@ -206,14 +208,12 @@ def test_variants_pack_as_memory_allows_and_one_too_large_for_any_node_is_pendin
         assert {r.node for r in placed} == {eu}  # several replicas share the node its memory allows
         assert sum(r.spec.memory_bytes for r in placed) <= NODES["eu"]["memory"]
         waiting = next(r for r in gw.backend.list() if r.pending and r.variant != "big")
-        assert waiting.pending.cause == "no-room"
-        assert "waiting for room: it needs CPU 1, memory" in waiting.pending.detail
-        assert f"free now in region eu: node {eu[:8]}:" in waiting.pending.detail
+        assert waiting.variant == "medium"
+        assert waiting.pending.reason == f"no room: needs 1.50 GiB, free 1.00 GiB on node {eu[:8]}"
         (big,) = [r for r in gw.backend.list() if r.variant == "big"]
         assert big.pending.cause == "too-large" and big.state == "starting"
         assert big.pending.detail == (
-            "no node in region eu is large enough: it needs memory 5.00 GiB (the most any node in region eu has "
-            "is 3.00 GiB)"
+            f"needs 5.00 GiB, more than any node holds (the largest budget is 3.00 GiB, node {eu[:8]})"
         )
         for r in placed:
             gw.wait_ready(r.variant, timeout=180)
@@ -234,6 +234,54 @@ def test_variants_pack_as_memory_allows_and_one_too_large_for_any_node_is_pendin
         }  # the controller's own view
     finally:
         gw.stop()
+
+
+def test_two_models_are_placed_by_memory_over_three_nodes_and_one_that_fits_none_waits_until_room_frees(
+    ray_cluster, tmp_path
+):
+    """Two models' replicas (stand-in servers, tests/fake_openai_server.py: cheap processes) straight
+    on RayBackend: `code` (1.5 GiB a replica) spreads one per node; `chat` (1.25 GiB) fits only beside
+    it on the two 3 GiB nodes; a third `chat` fits nowhere and waits, with the reason, until one of
+    the others is stopped and its memory freed."""
+    fake = str(Path(__file__).parents[1] / "fake_openai_server.py")
+    argv = (sys.executable, fake, "--host", "{host}", "--port", "{port}", "--served-model-name", "{served_model_name}")
+
+    def spec(model: str, memory: int) -> ReplicaSpec:
+        return ReplicaSpec(variant=model, recipe=None, model=model, memory_bytes=memory, engine=ExternalEngine(argv))
+
+    backend = RayBackend(RayPlacer(log_dir=str(tmp_path / "replicas")), kill_after_s=10.0)
+    try:
+        code = [backend.start(spec("code", 3 * GiB // 2)) for _ in range(3)]
+        chat = [backend.start(spec("chat", 5 * GiB // 4)) for _ in range(3)]
+        assert [r.pending for r in code + chat[:2]] == [None] * 5
+        waiting = chat[2]
+        us2 = ray_cluster.node_id("us-2")
+        assert waiting.pending.reason == (
+            f"no room: needs 1.25 GiB, free 512 MiB on node {us2[:8]} (the most free on any of 3 nodes)"
+        )
+
+        def placed() -> dict[str, Any]:
+            backend.exits()
+            return {r.replica_id: r for r in backend.list() if r.node}
+
+        wait_for(lambda: len(placed()) == 5, 120, "five replicas placed")
+        where = {rid: ray_cluster.name_of(r.node) for rid, r in placed().items()}
+        assert sorted(where[r.replica_id] for r in code) == ["eu", "head", "us-2"]  # one per node
+        assert sorted(where[r.replica_id] for r in chat[:2]) == ["eu", "head"]  # beside it, where room is left
+        for r in placed().values():
+            wait_for(lambda r=r: backend.health(r.replica_id), 60, f"{r.replica_id} ready")
+            body = {"model": r.spec.model, "prompt": "x", "max_tokens": 2}
+            assert httpx.post(r.url + "/v1/completions", json=body, timeout=30).status_code == 200
+
+        freed = next(r for r in chat[:2] if where[r.replica_id] == "eu")
+        backend.stop(freed.replica_id)
+        wait_for(lambda: waiting.replica_id in placed(), 60, "the waiting chat replica placed once room freed")
+        assert ray_cluster.name_of(placed()[waiting.replica_id].node) == "eu"
+        assert placed()[waiting.replica_id].pending is None
+        wait_for(lambda: backend.health(waiting.replica_id), 60, "it serves")
+    finally:
+        backend.close()
+        wait_for(lambda: not backend.stopping, 60, "every replica to stop")
 
 
 def test_region_requests_stay_on_the_eu_node_while_it_has_capacity_then_spill_over(ray_cluster, model_dir, tmp_path):

@@ -50,8 +50,9 @@ class ReplicaSpec:
     `recipe` is text the replica validates itself; None serves the replica's default recipe.
     `model` None serves the bundled default model. `threads` is torch threads per replica (None:
     the server's default). `extra_args` are appended to the server's command line verbatim.
-    `memory_bytes`, `accelerators` and `accelerator_type` are what a backend that places replicas
-    on nodes (Ray) reserves for it (0: nothing reserved); local processes ignore them.
+    `memory_bytes` is what the replica needs of its node's memory budget (0: not counted; see
+    tandem.cluster.room): every backend places by it. `accelerators` and `accelerator_type` are what
+    a backend that places replicas on nodes (Ray) reserves for it; local processes ignore them.
     `engine`, when set, is an external server to run instead of `tandem serve` (recipe and
     extra_args then unused): its command template, readiness path and metrics (tandem.cluster.external).
     """
@@ -84,7 +85,8 @@ class ReplicaSpec:
 
 @dataclass(frozen=True)
 class PendingPlacement:
-    """Why a replica is not running anywhere yet (a backend that places replicas on nodes: Ray).
+    """Why a replica is not running anywhere yet: no node's memory holds it now, or ever (tandem.cluster.room), or
+    Ray has not placed it (tandem.cluster.ray.demand).
 
     `cause` is one of CAUSES (a bounded label for metrics); `detail` says it for an operator.
     """
@@ -100,6 +102,11 @@ class PendingPlacement:
 
     def __str__(self) -> str:
         return f"pending ({self.cause}): {self.detail}"
+
+    @property
+    def reason(self) -> str:
+        """One line for an operator: 'no room: needs 412 MiB, free 128 MiB on node local'."""
+        return f"{self.cause.replace('-', ' ')}: {self.detail}"
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,15 @@ def replica_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def local_backend(
-    settings: Settings, log_dir: Path, environ: Mapping[str, str] | None = None, fleet_secret: str | None = None
+    settings: Settings,
+    log_dir: Path,
+    environ: Mapping[str, str] | None = None,
+    fleet_secret: str | None = None,
+    memory_bytes: int | None = None,
 ) -> LocalBackend:
     """Replicas as local processes: logs under `log_dir`, ports from --replica-ports (or any free one),
-    the fleet's secret in their environment."""
+    the fleet's secret in their environment, `memory_bytes` of this machine for them (`nodes.memory`;
+    None: its RAM less a margin, tandem.cluster.room)."""
     ports = PortRange(*settings.replica_ports) if settings.replica_ports else find_free_port
     env = replica_environment(os.environ if environ is None else environ)
     if fleet_secret is not None:
@@ -43,6 +48,7 @@ def local_backend(
         base_env=env,
         # Longer than a replica's own drain (its --shutdown-timeout), so SIGKILL is the exception.
         kill_after_s=settings.shutdown_timeout + 10.0,
+        memory_bytes=memory_bytes,
     )
 
 
@@ -66,13 +72,16 @@ def choose_backend(
     log_dir: Path,
     environ: Mapping[str, str] | None = None,
     fleet_secret: str | None = None,
+    memory_bytes: int | None = None,
 ) -> tuple[Backend, str]:
     """The backend `name` ("local" or "ray", the deployment's `backend:`; `address`: the Ray cluster's),
     and a line for the banner saying where replicas run; either way the replicas get `fleet_secret`
-    in their environment. BackendError when Ray is missing or its cluster cannot be reached.
+    in their environment; `memory_bytes`: the local budget (Ray nodes report their own memory).
+    BackendError when Ray is missing or its cluster cannot be reached.
     """
     if name != "ray":
-        return local_backend(settings, log_dir, environ, fleet_secret), "local processes on this machine"
+        backend = local_backend(settings, log_dir, environ, fleet_secret, memory_bytes)
+        return backend, "local processes on this machine"
     from tandem.cluster.ray import ray_backend
 
     try:

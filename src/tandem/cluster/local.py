@@ -11,30 +11,37 @@ drains first (stop routing, wait for in-flight to reach zero): see tandem.schedu
 A process that ends, asked to or not, is reported once by `exits()` with the end of its output;
 one that ends unasked is logged with that output. Every replica is told the gateway's pid
 (`--parent-pid`) and leaves when it is gone, even after a SIGKILL (tandem.edge.lifeline).
+
+Memory: this machine is one node with a budget (`memory_bytes`; default: its RAM less a margin,
+tandem.cluster.room.local_memory_budget). A replica whose `spec.memory_bytes` does not fit beside
+the processes alive now waits: it is listed STARTING with `Replica.pending` saying why and no
+process, and is spawned by the `exits()` (once per controller tick) after enough memory was freed
+(a replica's bytes are held until its process has exited), the largest waiting first. A waiting
+replica that is stopped simply leaves.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from tandem.cluster.backend import BackendError, Replica, ReplicaExit, ReplicaSpec, ReplicaState
+from tandem.cluster.backend import BackendError, PendingPlacement, Replica, ReplicaExit, ReplicaSpec, ReplicaState
 from tandem.cluster.external import FLEET_SECRET_ENV, external_command, render
-from tandem.cluster.names import bounded_name
+from tandem.cluster.ports import PortRange, find_free_port
+from tandem.cluster.room import LOCAL_NODE, MemoryLedger, NodeBudget, NodeRoom, local_memory_budget, placing_order
+from tandem.cluster.spawn import OUTPUT_TAIL_BYTES, LoggedProcess, ProcessHandle, Spawner, log_file_name, popen_spawner
 
+# Ports and spawning live in tandem.cluster.ports and tandem.cluster.spawn; re-exported here.
 __all__ = [
+    "OUTPUT_TAIL_BYTES",
     "LocalBackend",
     "LoggedProcess",
     "PortRange",
@@ -50,21 +57,6 @@ __all__ = [
 
 logger = logging.getLogger("tandem.cluster")
 
-OUTPUT_TAIL_BYTES = 4000  # how much of a dead replica's output is kept and logged
-
-
-class ProcessHandle(Protocol):
-    """The part of subprocess.Popen the backend uses, plus the end of the process's output."""
-
-    pid: int
-
-    def poll(self) -> int | None: ...
-    def terminate(self) -> None: ...
-    def kill(self) -> None: ...
-    def output_tail(self) -> str: ...
-
-
-Spawner = Callable[[list[str], Mapping[str, str], str], ProcessHandle]  # argv, env, replica id -> process
 PortPicker = Callable[[Collection[int]], int]  # ports this backend's replicas hold -> a port to use
 
 
@@ -125,47 +117,6 @@ def replica_launch(
     return external_command(engine, values, parent_pid=parent_pid), env
 
 
-def find_free_port(taken: Collection[int] = (), host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now (another process could take it before the replica binds: rare)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def _bindable(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-class PortRange:
-    """Ports from `low`..`high` (a firewall's opening): the next one this backend does not hold and the
-    OS lets us bind, going round the range so a port just given up is the last to be reused."""
-
-    def __init__(
-        self, low: int, high: int, bindable: Callable[[int], bool] | None = None, *, host: str = "127.0.0.1",
-        start: int | None = None,
-    ) -> None:  # fmt: skip
-        if not 1 <= low <= high <= 65535:
-            raise ValueError(f"a port range needs 1 <= low <= high <= 65535 (got {low}-{high})")
-        self.low, self.high = low, high
-        self.bindable = bindable or (lambda port: _bindable(port, host))
-        self._next = low if start is None else low + (start - low) % (high - low + 1)
-
-    def __call__(self, taken: Collection[int]) -> int:
-        size = self.high - self.low + 1
-        for i in range(size):
-            port = self.low + (self._next - self.low + i) % size
-            if port not in taken and self.bindable(port):
-                self._next = self.low + (port - self.low + 1) % size
-                return port
-        raise BackendError(f"no free port in {self.low}-{self.high} ({len(taken)} held by replicas)")
-
-
 _probe_client: Any = None
 _probe_client_lock = threading.Lock()
 
@@ -196,70 +147,6 @@ def http_ready_probe(base_url: str, timeout_s: float = 1.0, path: str = "/ready"
         return False
 
 
-class LoggedProcess:
-    """A Popen whose stdout and stderr go to `log_path` (or nowhere), with the end of that file at hand."""
-
-    def __init__(self, process: subprocess.Popen, log_path: Path | None) -> None:
-        self.process = process
-        self.log_path = log_path
-        self.pid = process.pid
-
-    def poll(self) -> int | None:
-        return self.process.poll()
-
-    def terminate(self) -> None:
-        self.process.terminate()
-
-    def kill(self) -> None:
-        self.process.kill()
-
-    def output_tail(self) -> str:
-        if self.log_path is None:
-            return ""
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(max(0, log.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
-                return log.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-
-LOG_NAME_CHARS = 100  # a replica's log file name, less ".log"; file systems allow 255 bytes
-
-
-def log_file_name(replica_id: str) -> str:
-    """`<replica id>.log`; a longer id (a variant named at length) is cut to its start and a short hash
-    of it (tandem.cluster.names): a file name must fit in 255 bytes, or no replica ever starts."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", replica_id).lstrip(".") or "replica"
-    return bounded_name(safe, LOG_NAME_CHARS, source=replica_id) + ".log"
-
-
-def popen_spawner(log_dir: str | Path | None = None) -> Spawner:
-    """Start replicas with subprocess.Popen in their own session (the gateway, not the terminal's
-    Ctrl-C, decides when they stop); output goes to LOG_DIR/<replica id>.log (`log_file_name`), or
-    is discarded."""
-
-    def spawn(argv: list[str], env: Mapping[str, str], replica_id: str) -> ProcessHandle:
-        path = None
-        if log_dir is None:
-            out = subprocess.DEVNULL
-        else:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            path = Path(log_dir) / log_file_name(replica_id)
-            out = open(path, "ab")  # noqa: SIM115 (the child gets its own descriptor; ours closes below)
-        try:
-            process = subprocess.Popen(
-                argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        finally:
-            if out is not subprocess.DEVNULL:
-                out.close()
-        return LoggedProcess(process, path)
-
-    return spawn
-
-
 def probe_ready(probe: Callable[..., bool], url: str, spec: ReplicaSpec) -> bool:
     """Ask `probe` whether the replica at `url` is ready: at its engine's readiness path where that is
     not tandem's /ready (so probes written for tandem replicas, `probe(url)`, keep working)."""
@@ -288,6 +175,7 @@ class LocalBackend:
         base_env: Mapping[str, str] | None = None,
         command: Callable[..., list[str]] = serve_command,
         parent_pid: int | None = None,
+        memory_bytes: int | None = None,
     ) -> None:
         self.spawn = spawn or popen_spawner()
         self.ports = ports
@@ -300,7 +188,11 @@ class LocalBackend:
         self.parent_pid = os.getpid() if parent_pid is None else parent_pid
         self._live: dict[str, _Process] = {}
         self._stopping: dict[str, _Process] = {}
+        self._waiting: dict[str, Replica] = {}  # started, waiting for memory: no process yet
+        budget = local_memory_budget() if memory_bytes is None else memory_bytes
+        self.memory = MemoryLedger([NodeBudget(LOCAL_NODE, budget)])
         self._lock = threading.Lock()  # the gateway's event loop and the controller's thread both call in
+        self._placing = threading.RLock()  # one placement decision (and its spawn) at a time
         self._next = 0
         self._exits: list[ReplicaExit] = []  # not yet taken by exits()
         self.exited: deque[Replica] = deque(maxlen=200)  # replicas whose processes ended, newest last
@@ -309,6 +201,22 @@ class LocalBackend:
         with self._lock:
             self._next += 1
             replica_id = f"{spec.variant}-{self._next}"
+        with self._placing:
+            with self._lock:
+                where = self.memory.decide(spec.memory_bytes) if not self._waiting else None
+            if isinstance(where, str):
+                return self._launch(replica_id, spec)
+            waiting = Replica(replica_id, spec, ReplicaState.STARTING, started_at=self.clock())
+            with self._lock:
+                self._waiting[replica_id] = waiting
+            self._place_waiting()  # it may fit before others waiting (a smaller one); else it waits
+        with self._lock:
+            proc = self._live.get(replica_id)
+            return proc.replica if proc is not None else self._waiting[replica_id]
+
+    def _launch(self, replica_id: str, spec: ReplicaSpec) -> Replica:
+        """Spawn the replica's process and hold its memory (the placing lock is held)."""
+        with self._lock:
             taken = {p.port for p in (*self._live.values(), *self._stopping.values())}
         # Whatever stops it before a process exists (no free port, a log file that cannot be opened, a
         # program that is not there) is a BackendError naming the replica: the controller counts it
@@ -329,16 +237,54 @@ class LocalBackend:
         replica = Replica(replica_id, spec, ReplicaState.STARTING, url=url, started_at=self.clock())
         with self._lock:
             self._live[replica_id] = _Process(replica, handle, port)
+            self.memory.hold(replica_id, LOCAL_NODE, spec.memory_bytes)
         logger.info("started replica %s (pid %s) at %s: %s", replica_id, handle.pid, url, " ".join(argv[1:]))
         return replica
 
+    def _place_waiting(self) -> None:
+        """Spawn the waiting replicas that fit now, largest first; the others say why they wait."""
+        with self._placing:
+            with self._lock:
+                order = placing_order(self._waiting.values())
+            for waiting in order:
+                with self._lock:
+                    if waiting.replica_id not in self._waiting:
+                        continue  # stopped meanwhile
+                    where = self.memory.decide(waiting.spec.memory_bytes)
+                    if isinstance(where, PendingPlacement):
+                        current = self._waiting[waiting.replica_id]
+                        before = current.pending
+                        self._waiting[waiting.replica_id] = replace(current, pending=where)
+                    else:
+                        del self._waiting[waiting.replica_id]
+                if isinstance(where, PendingPlacement):
+                    if before is None or before.cause != where.cause:
+                        logger.warning("replica %s waits for memory: %s", waiting.replica_id, where.reason)
+                    continue
+                try:
+                    self._launch(waiting.replica_id, waiting.spec)
+                except BackendError as exc:  # counted by the controller as a failed start, as from start()
+                    with self._lock:
+                        self._exits.append(ReplicaExit(waiting, None, expected=False, output=str(exc)))
+                        self.exited.append(replace(waiting, state=ReplicaState.STOPPED))
+
     def drain(self, replica_id: str) -> None:
         with self._lock:
-            proc = self._get(replica_id)
-            proc.replica = replace(proc.replica, state=ReplicaState.DRAINING)
+            waiting = replica_id in self._waiting
+            if not waiting:
+                proc = self._get(replica_id)
+                proc.replica = replace(proc.replica, state=ReplicaState.DRAINING)
+        if waiting:  # it holds no request: nothing to finish
+            self.stop(replica_id)
 
     def stop(self, replica_id: str) -> None:
         with self._lock:
+            waiting = self._waiting.pop(replica_id, None)
+            if waiting is not None:  # never placed: no process; it leaves
+                gone = replace(waiting, state=ReplicaState.STOPPED)
+                self._exits.append(ReplicaExit(gone, None, expected=True))
+                self.exited.append(gone)
+                return
             proc = self._live.pop(replica_id, None)
             if proc is None:
                 return  # already gone (it may have exited on its own)
@@ -352,7 +298,8 @@ class LocalBackend:
     def list(self) -> list[Replica]:
         self._reap()
         with self._lock:
-            return [p.replica for p in sorted(self._live.values(), key=lambda p: p.replica.started_at)]
+            replicas = [p.replica for p in self._live.values()] + list(self._waiting.values())
+        return sorted(replicas, key=lambda r: (r.started_at, r.replica_id))
 
     def health(self, replica_id: str) -> bool:
         self._reap()
@@ -368,9 +315,16 @@ class LocalBackend:
 
     def exits(self) -> list[ReplicaExit]:
         self._reap()
+        if self._waiting:
+            self._place_waiting()
         with self._lock:
             taken, self._exits = self._exits, []
         return taken
+
+    def room(self) -> list[NodeRoom]:
+        """The node's memory budget and what live and stopping replicas hold of it."""
+        with self._lock:
+            return self.memory.rooms()
 
     def pid(self, replica_id: str) -> int | None:
         """The OS process id of a live replica (fault tests kill it to see what the gateway does)."""
@@ -379,7 +333,7 @@ class LocalBackend:
             return proc.handle.pid if proc is not None else None
 
     def close(self) -> None:
-        """Stop every replica (SIGTERM now; `list()` later SIGKILLs any that outlive kill_after_s)."""
+        """Stop every replica (SIGTERM now; `list()` later SIGKILLs any past kill_after_s); waiting ones leave."""
         for replica in self.list():
             self.stop(replica.replica_id)
 
@@ -398,11 +352,13 @@ class LocalBackend:
                 code = proc.handle.poll()
                 if code is not None:  # died on its own: a crash, a failed load, an OOM kill
                     del self._live[replica_id]
+                    self.memory.release(replica_id)
                     ended.append(ReplicaExit(proc.replica, code, expected=False, output=proc.handle.output_tail()))
             for replica_id, proc in list(self._stopping.items()):
                 code = proc.handle.poll()
                 if code is not None:
                     del self._stopping[replica_id]
+                    self.memory.release(replica_id)
                     output = proc.handle.output_tail() if code != 0 else ""
                     ended.append(ReplicaExit(proc.replica, code, expected=True, output=output))
                 elif proc.kill_at is not None and now >= proc.kill_at:

@@ -269,6 +269,8 @@ class Controller:
                     )
                 continue
             if replica.state is ReplicaState.STARTING:
+                if replica.pending is not None and replica.pending.cause == "no-room":
+                    continue  # waiting for room is not a slow start: its start timeout counts from placement
                 waited = now - replica.started_at
                 if waited > self.config.start_timeout_s:
                     self._stop(replica.replica_id, report)

@@ -4,6 +4,13 @@
         --policies static-peak,hpa,kpa,capacity,oracle --slo-ttft-s 2 --slo-tpot-s 0.1 \\
         --json out.json --plot out.png --report out.html
 
+A fleet of models on shared nodes (tandem.sim.fleet): `--trace MODEL=TRACE` once per model and its
+variants as `--variant MODEL:NAME=PROFILE.json[@PRICE]`; every combination of one variant per model
+is simulated under each policy and packed onto nodes of `--node-memory-gb`.
+
+    tandem sim --trace code=conv --trace chat=bursty --variant code:base=base.json \
+        --variant code:int8=int8.json --variant chat:base=chat.json --policies capacity --node-memory-gb 1
+
 Torch-free: it imports the scheduling layer and the simulator only.
 """
 
@@ -62,12 +69,13 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
 @click.command("sim")
 @click.option(
     "--trace",
-    "trace_name",
-    default="conv",
+    "trace_names",
+    multiple=True,
+    default=("conv",),
     show_default=True,
     help="'conv' (the bundled Azure conversation trace), 'bursty' (synthetic), a CSV with "
     "TIMESTAMP,ContextTokens,GeneratedTokens, or a Mooncake JSON-lines trace (.jsonl: timestamp ms, "
-    "input_length, output_length)",
+    "input_length, output_length). MODEL=TRACE, repeated: a fleet of models (variants as MODEL:NAME=...)",
 )
 @click.option("--start-s", type=click.FloatRange(min=0), default=0.0, help="Start this far into the trace.")
 @click.option("--duration-s", type=click.FloatRange(min=0, min_open=True), default=None, help="Only this long.")
@@ -131,7 +139,7 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None)
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, writable=True), default=None)
 def sim_command(
-    trace_name,
+    trace_names,
     start_s,
     duration_s,
     rate_scale,
@@ -155,6 +163,22 @@ def sim_command(
 ) -> None:
     """Simulate a trace through every (variant, policy) pair: replica-hours, SLO attainment, cost."""
     from rich.console import Console
+
+    from tandem.sim.fleet_cli import fleet_traces
+
+    fleet = fleet_traces(trace_names)
+    if fleet is not None:
+        from tandem.sim.fleet_cli import run_fleet_command
+
+        return run_fleet_command(
+            fleet, variant_specs, policies, start_s=start_s, duration_s=duration_s, rate_scale=rate_scale,
+            fit_context=fit_context, slo=(slo_ttft_s, slo_tpot_s, slo_target), node_memory_gb=node_memory_gb,
+            node_accelerators=node_accelerators, max_replicas=max_replicas, utilization=target_utilization,
+            tick_s=tick_s, warmup_s=warmup_s, admission_cap=admission_cap, seed=seed, json_path=json_path,
+        )  # fmt: skip
+    if len(trace_names) != 1:
+        raise click.BadParameter("one trace, or MODEL=TRACE for each model of a fleet", param_hint="--trace")
+    (trace_name,) = trace_names
 
     from tandem.data import ATTRIBUTION, CONVERSATION_TRACE
     from tandem.schedule.packing import NodeShape

@@ -62,6 +62,7 @@ class SimResult:
     replica_seconds: float = 0.0  # in the window; starting and draining replicas cost too
     node_seconds: float = 0.0  # in the window, when a node shape was given
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (time, live, ready) per tick
+    held: list[tuple[float, int]] = field(default_factory=list)  # (time, replicas holding memory) at each change
     decisions: Counter[str] = field(default_factory=Counter)  # "up" / "down"
     max_buffered: int = 0  # most requests waiting at the gateway at once
     min_live: int | None = None  # fewest replicas alive at any step of the window
@@ -214,6 +215,8 @@ def simulate(
             result.replica_seconds += len(replicas) * min(dt, duration - now)
             result.min_live = live if result.min_live is None else min(result.min_live, live)
             result.max_live = max(result.max_live, live)
+            if not result.held or result.held[-1][1] != len(replicas):  # starting, ready and draining hold memory
+                result.held.append((now, len(replicas)))
             if nodes_for is not None:
                 if len(replicas) not in nodes_cache:
                     nodes_cache[len(replicas)] = nodes_for(len(replicas))

@@ -6,9 +6,13 @@ The bookkeeping is LocalBackend's (ids, states, the readiness probe, drains, SIG
 after `kill_after_s`, each end reported once by `exits()`); placing, launching and losing
 replicas is the Placer's (tandem.cluster.ray.runtime on Ray, tandem.cluster.ray.fake in tests).
 
-- A replica Ray cannot place stays STARTING with `Replica.pending` saying why (no node in its
-  region, none large enough, none with room now), refreshed every `exits()` (once per controller
-  tick) and logged when it changes. Nothing here waits for Ray: the gateway is never blocked.
+- A replica with a memory need is placed by tandem's first fit over the nodes' memory
+  (tandem.cluster.ray.packing: the local backend's rule and words) and pinned to that node; one
+  that fits no node now waits, unasked, and is retried largest first every `exits()` as room frees.
+  A replica without one is Ray's to place (SPREAD).
+- A replica not placed stays STARTING with `Replica.pending` saying why (no node in its region,
+  none large enough, none with room now), refreshed every `exits()` (once per controller tick) and
+  logged when it changes. Nothing here waits for Ray: the gateway is never blocked.
 - A replica whose actor or node is lost is reported by `exits()` as an unexpected end, like a
   local process that died, with Ray's reason; the controller replaces it (on another node, if its
   own is gone) and the gateway re-runs the requests it had not started streaming.
@@ -27,7 +31,9 @@ from dataclasses import dataclass, replace
 from tandem.cluster.backend import BackendError, PendingPlacement, Replica, ReplicaExit, ReplicaSpec, ReplicaState
 from tandem.cluster.local import http_ready_probe, probe_ready
 from tandem.cluster.ray.demand import Demand, NodeView, demand_for, describe_resources, pending_placement, waits
+from tandem.cluster.ray.packing import Holding, choose_node
 from tandem.cluster.ray.placer import Ended, Placement, Placer, Placing, Running
+from tandem.cluster.room import placing_order
 
 __all__ = ["RayBackend"]
 
@@ -40,6 +46,12 @@ class _Held:
     demand: Demand
     placement: Placement | None = None
     kill_at: float | None = None  # set once SIGTERM was sent
+    asked: bool = True  # Ray was asked for its actor (False: it waits for room, tandem's placement)
+    pinned: str | None = None  # the node tandem placed it on (None: Ray's choice)
+
+    @property
+    def node_id(self) -> str | None:
+        return self.pinned or (self.placement.node_id if self.placement is not None else None)
 
 
 class RayBackend:
@@ -70,12 +82,19 @@ class RayBackend:
         with self._lock:
             self._next += 1
             replica_id = f"{spec.variant}-{self._next}"
+        replica = Replica(replica_id, spec, ReplicaState.STARTING, started_at=self.clock())
+        if spec.memory_bytes > 0:  # tandem places it by memory (tandem.cluster.ray.packing)
+            with self._reaping:
+                with self._lock:
+                    self._live[replica_id] = _Held(replica, demand, asked=False)
+                self._place_by_memory(raising=replica_id)
+            with self._lock:
+                return self._live[replica_id].replica
         with self._reaping:
             try:
                 self.placer.place(replica_id, spec, demand)
             except Exception as exc:  # Ray refused the request itself (bad options, a lost connection)
                 raise BackendError(f"cannot start replica {replica_id} on Ray: {exc}") from exc
-        replica = Replica(replica_id, spec, ReplicaState.STARTING, started_at=self.clock())
         with self._lock:
             self._live[replica_id] = _Held(replica, demand)
         logger.info("asked Ray for replica %s of %s (%s)", replica_id, spec.variant, _describe(demand))
@@ -92,7 +111,7 @@ class RayBackend:
             if held is None:
                 return  # already gone (it may have ended on its own)
             held.replica = replace(held.replica, state=ReplicaState.STOPPED)
-            placed = held.placement is not None
+            placed = held.placement is not None  # (one waiting for room was never asked for)
             if placed:
                 held.kill_at = self.clock() + self.kill_after_s
                 self._stopping[replica_id] = held
@@ -138,6 +157,8 @@ class RayBackend:
                 held_now = [(h, h.replica.replica_id in self._stopping) for h in self._all()]
             for held, stopping in held_now:
                 replica_id = held.replica.replica_id
+                if not held.asked:
+                    continue  # waiting for room: placed below, if it fits now
                 status = statuses.get(replica_id, Ended(None, "the placer lost track of it", lost=True))
                 if isinstance(status, Ended):
                     self._finish(held, status)
@@ -151,6 +172,8 @@ class RayBackend:
                     logger.warning("replica %s outlived its shutdown grace; SIGKILL", replica_id)
                     self.placer.kill(replica_id)
                     held.kill_at = None  # once
+            if any(not h.asked for h, _ in held_now):
+                self._place_by_memory()
 
     def placement(self, replica_id: str) -> Placement | None:
         """Where a live replica runs (its node and server pid), once placed."""
@@ -173,6 +196,45 @@ class RayBackend:
     # --- inside ----------------------------------------------------------------------------------
     def _all(self) -> list[_Held]:
         return [*self._live.values(), *self._stopping.values()]
+
+    def _place_by_memory(self, raising: str | None = None) -> None:
+        """Ask Ray for the waiting replicas that fit a node now, largest first, each pinned to its node
+        (the reaping lock is held). A placer that refuses one ends it as a failed start, or raises
+        BackendError for `raising` (a start still under way)."""
+        nodes = list(self.placer.nodes())
+        with self._lock:
+            waiting = {h.replica.replica_id: h for h in self._live.values() if not h.asked}
+        for replica in placing_order(h.replica for h in waiting.values()):
+            held = waiting[replica.replica_id]
+            with self._lock:
+                holdings = [Holding(h.node_id, h.demand, h.replica.variant) for h in self._all() if h.node_id]
+            where = choose_node(held.demand, replica.variant, nodes, holdings)
+            if not isinstance(where, str):
+                with self._lock:
+                    before = held.replica.pending
+                    held.replica = replace(held.replica, pending=where)
+                if before is None or before.cause != where.cause:
+                    logger.warning("replica %s cannot be placed yet: %s", replica.replica_id, where.reason)
+                continue
+            try:
+                self.placer.place(replica.replica_id, replica.spec, held.demand, node_id=where)
+            except Exception as exc:  # Ray refused the request itself (bad options, a lost connection)
+                error = f"cannot start replica {replica.replica_id} on Ray: {exc}"
+                with self._lock:
+                    self._live.pop(replica.replica_id, None)
+                    if replica.replica_id != raising:
+                        self._ended(held, ReplicaExit(held.replica, None, expected=False, output=error))
+                if replica.replica_id == raising:
+                    raise BackendError(error) from exc
+                logger.warning("%s", error)
+                continue
+            with self._lock:
+                held.asked, held.pinned = True, where
+                held.replica = replace(held.replica, pending=None)
+            logger.info(
+                "asked Ray for replica %s of %s on node %s (%s)",
+                replica.replica_id, replica.variant, where[:8], _describe(held.demand),
+            )  # fmt: skip
 
     def _placed(self, held: _Held, placement: Placement) -> None:
         with self._lock:

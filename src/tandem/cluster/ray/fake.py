@@ -22,6 +22,7 @@ class _Actor:
     spec: ReplicaSpec
     demand: Demand
     status: Status
+    node_id: str | None = None  # the node it was pinned to
 
 
 class FakePlacer:
@@ -33,9 +34,9 @@ class FakePlacer:
         self._pids = 1000
 
     # --- Placer ----------------------------------------------------------------------------------
-    def place(self, replica_id: str, spec: ReplicaSpec, demand: Demand) -> None:
+    def place(self, replica_id: str, spec: ReplicaSpec, demand: Demand, node_id: str | None = None) -> None:
         self.calls.append(("place", replica_id))
-        self.actors[replica_id] = _Actor(spec, demand, Placing())
+        self.actors[replica_id] = _Actor(spec, demand, Placing(), node_id)
 
     def poll(self) -> Mapping[str, Status]:
         return {replica_id: actor.status for replica_id, actor in self.actors.items()}
@@ -57,7 +58,9 @@ class FakePlacer:
         return self.waiting_shapes
 
     # --- what the cluster does -------------------------------------------------------------------
-    def launch(self, replica_id: str, node_id: str = "node-a", port: int = 9000) -> Placement:
+    def launch(self, replica_id: str, node_id: str | None = None, port: int = 9000) -> Placement:
+        """Its server runs on `node_id` (default: the node it was pinned to, else node-a)."""
+        node_id = node_id or self.actors[replica_id].node_id or "node-a"
         self._pids += 1
         placement = Placement(f"http://10.0.0.1:{port}", node_id, "10.0.0.1", self._pids)
         self.actors[replica_id].status = Running(placement)

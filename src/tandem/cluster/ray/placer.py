@@ -52,8 +52,9 @@ Status = Placing | Running | Ended
 
 
 class Placer(Protocol):
-    def place(self, replica_id: str, spec: ReplicaSpec, demand: Demand) -> None:
-        """Ask for an actor with `demand`'s resources that launches the replica's server on its node."""
+    def place(self, replica_id: str, spec: ReplicaSpec, demand: Demand, node_id: str | None = None) -> None:
+        """Ask for an actor with `demand`'s resources that launches the replica's server on its node
+        (`node_id`: on that node only, as tandem placed it; None: where Ray chooses)."""
         ...
 
     def poll(self) -> Mapping[str, Status]:

@@ -80,8 +80,8 @@ class RayPlacer:
         self._host_class = ray.remote(ReplicaHost)
         self._actors: dict[str, _Actor] = {}
 
-    def options(self, demand: Demand) -> dict[str, Any]:
-        """The actor's options: its resources, its region, and no restarts by Ray."""
+    def options(self, demand: Demand, node_id: str | None = None) -> dict[str, Any]:
+        """The actor's options: its resources, its region (or the node tandem placed it on), no restarts by Ray."""
         options: dict[str, Any] = {
             "num_cpus": demand.cpus,
             "max_restarts": 0,
@@ -97,13 +97,17 @@ class RayPlacer:
             options["accelerator_type"] = demand.accelerator_type
         if demand.region is not None:
             options["label_selector"] = {REGION_LABEL: demand.region}
-        if self.spread:
+        if node_id is not None:  # tandem's placement by memory (tandem.cluster.ray.packing): that node only
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+        elif self.spread:
             options["scheduling_strategy"] = "SPREAD"
         return options
 
     # --- Placer ----------------------------------------------------------------------------------
-    def place(self, replica_id: str, spec: ReplicaSpec, demand: Demand) -> None:
-        handle = self._host_class.options(**self.options(demand)).remote(
+    def place(self, replica_id: str, spec: ReplicaSpec, demand: Demand, node_id: str | None = None) -> None:
+        handle = self._host_class.options(**self.options(demand, node_id)).remote(
             replica_id, spec, self.log_dir, self.ports, self.unset_env, self.extra_env
         )
         self._actors[replica_id] = _Actor(handle, handle.launch.remote())
