@@ -140,6 +140,7 @@ class Settings(BaseModel):
     ray_address: str | None = Field(None, min_length=1)  # implies the ray backend; default: as ray.init finds one
     shadow: str | None = Field(None, min_length=1)  # a candidate recipe on shadow traffic, judged by the gate
     shadow_fraction: float | None = Field(None, gt=0, le=1)  # share of requests mirrored to it (default: 0.2)
+    node_memory_gb: float | None = Field(None, gt=0)  # this machine's budget for replicas, GiB (over nodes.memory)
 
     @field_validator("regions", mode="before")
     @classmethod
