@@ -292,6 +292,8 @@ def test_two_models_pack_by_memory_a_variant_spreads_and_one_that_fits_nowhere_w
     w.backend.exits()
     assert w.placer.actors[waiting.replica_id].node_id == "node2222"
     assert next(r for r in w.backend.list() if r.replica_id == waiting.replica_id).pending is None
+    room = {r.name: r.used_bytes for r in w.backend.room()}
+    assert room == {"head0000": 1900 * MiB, "node1111": 1900 * MiB, "node2222": 900 * MiB}
 
 
 def test_replicas_without_a_memory_figure_are_left_to_rays_spread():

@@ -299,7 +299,7 @@ class LocalBackend:
         self._reap()
         with self._lock:
             replicas = [p.replica for p in self._live.values()] + list(self._waiting.values())
-        return sorted(replicas, key=lambda r: (r.started_at, r.replica_id))
+        return sorted(replicas, key=lambda r: r.started_at)  # stable: started in the same instant, in order
 
     def health(self, replica_id: str) -> bool:
         self._reap()

@@ -19,7 +19,9 @@ and no node has room, the planner may scale other models down. The contract:
   node, how long its model has been idle (no request in flight or waiting), and how many replicas
   its model may lose and stay at or above its `min` (`spare`: live - min);
 - a model that is not idle (idle_s < `min_idle_s`) or has no spare replica gives none; a model is
-  never taken below its `min`, however many of its replicas are candidates;
+  never taken below its `min`, however many of its replicas are candidates (the issue's "those at
+  their minimum": models whose traffic asks for no more than their min, so what they hold above
+  it is idle);
 - on each node, candidates go idle-longest first (ties: the larger first, so fewer go; then by
   id), and the shortest such run whose bytes, with what the node has free, hold the need is that
   node's plan; the plan chosen is the one whose least idle victim has been idle longest (then the

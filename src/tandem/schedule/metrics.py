@@ -7,7 +7,8 @@
 - `tandem:replica_restarts_total{variant}`: replicas that ended without being asked to (a crash, a
   failed start) and were replaced;
 - `tandem:replicas_pending{variant,cause}`: starting replicas a backend could not place on any node
-  yet (Ray): no-room, too-large, no-node-in-region.
+  yet (no node's memory holds it now, or ever; on Ray also no node in its region): no-room,
+  too-large, no-node-in-region (tandem.cluster.room).
 The gateway serves them beside its own, from the registry it passes in. Labels come from closed
 sets (the deployment's variants, the replica states, the placement causes, the policies); the
 gauges of a variant that left the deployment (a retired gate candidate, a rollout's old variant)

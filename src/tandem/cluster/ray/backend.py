@@ -33,7 +33,7 @@ from tandem.cluster.local import http_ready_probe, probe_ready
 from tandem.cluster.ray.demand import Demand, NodeView, demand_for, describe_resources, pending_placement, waits
 from tandem.cluster.ray.packing import Holding, choose_node
 from tandem.cluster.ray.placer import Ended, Placement, Placer, Placing, Running
-from tandem.cluster.room import placing_order
+from tandem.cluster.room import NodeRoom, placing_order
 
 __all__ = ["RayBackend"]
 
@@ -180,6 +180,17 @@ class RayBackend:
         with self._lock:
             held = self._live.get(replica_id) or self._stopping.get(replica_id)
             return held.placement if held is not None else None
+
+    def room(self) -> list[NodeRoom]:
+        """Each alive node's memory (Ray's `memory` resource) and what tandem's replicas hold of it."""
+        with self._reaping:
+            nodes = list(self.placer.nodes())
+        used: dict[str, int] = {}
+        with self._lock:
+            for held in self._all():
+                if held.node_id:
+                    used[held.node_id] = used.get(held.node_id, 0) + held.demand.memory_bytes
+        return [NodeRoom(n.node_id, int(n.total.get("memory", 0)), used.get(n.node_id, 0)) for n in nodes]
 
     def close(self) -> None:
         """Stop every replica (SIGTERM now; `exits()` later SIGKILLs any that outlive kill_after_s)."""
