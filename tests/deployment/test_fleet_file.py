@@ -138,3 +138,10 @@ def test_a_single_model_file_through_the_settings_is_what_it_was(tmp_path):
     plan = fleet_from_settings(settings)
     assert not plan.routed and plan.nodes.memory_bytes == 2 << 30
     assert plan.models[0].deployment == deployment_from_settings(settings)
+
+
+def test_node_memory_gb_is_the_budget_over_the_files(tmp_path):
+    plan = fleet_from_settings(Settings(deployment=_file(tmp_path, TWO), node_memory_gb=1.5))
+    assert plan.nodes.memory_bytes == 3 << 29 and plan.routed
+    single = fleet_from_settings(Settings(recipe="baseline", policy="hpa", node_memory_gb=2))
+    assert single.nodes.memory_bytes == 2 << 30 and not single.routed

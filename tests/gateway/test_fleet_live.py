@@ -50,9 +50,12 @@ class FleetGateway:
         secret = new_fleet_secret()
         env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") or k == "TANDEM_CACHE"}
         env[FLEET_SECRET_ENV] = secret
-        self.local = LocalBackend(spawn=popen_spawner(log_dir), base_env=env, kill_after_s=20.0)
+        plan = parse_fleet(raw)
+        self.local = LocalBackend(
+            spawn=popen_spawner(log_dir), base_env=env, kill_after_s=20.0, memory_bytes=plan.nodes.memory_bytes
+        )
         self.log_dir = log_dir
-        self.gw = build_fleet_gateway(parse_fleet(raw), self.local, buffer_timeout_s=90.0, fleet_secret=secret)
+        self.gw = build_fleet_gateway(plan, self.local, buffer_timeout_s=90.0, fleet_secret=secret)
         self.url = f"http://127.0.0.1:{free_port()}"
         config = uvicorn.Config(
             create_gateway_app(self.gw), host="127.0.0.1", port=int(self.url.rsplit(":", 1)[1]), log_level="warning"

@@ -10,12 +10,13 @@ each gets its share at every model's full scale-out.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
 from tandem.deployment.fleet_file import model_error, split_fleet_file
-from tandem.deployment.models import FleetPlan, ServedModel
+from tandem.deployment.models import FleetPlan, NodeBudget, ServedModel
 from tandem.deployment.parse import DeploymentError, read_deployment_file
 from tandem.deployment.schema import DEFAULT_MAX_REPLICAS
 from tandem.deployment.settings import ProfileSource, deployment_from_raw, deployment_from_settings
@@ -42,7 +43,15 @@ def _most_replicas(models: list[tuple[str, Any]]) -> int:
 
 
 def fleet_from_settings(settings: Settings, profile: ProfileSource | None = None) -> FleetPlan:
-    """Every model `tandem serve` runs in gateway mode, and the nodes' budget."""
+    """Every model `tandem serve` runs in gateway mode, and the nodes' budget (--node-memory-gb over
+    the file's `nodes.memory`)."""
+    plan = _fleet(settings, profile)
+    if settings.node_memory_gb is not None:
+        plan = dataclasses.replace(plan, nodes=NodeBudget(int(settings.node_memory_gb * (1 << 30))))
+    return plan
+
+
+def _fleet(settings: Settings, profile: ProfileSource | None) -> FleetPlan:
     file = settings.deployment
     raw = read_deployment_file(file) if file is not None else None
     if raw is None or "models" not in raw:

@@ -142,6 +142,7 @@ class Settings(BaseModel):
     shadow_fraction: float | None = Field(None, gt=0, le=1)  # share of requests mirrored to it (default: 0.2)
     tenants: str | None = Field(None, min_length=1)  # the tenants file (tandem.deployment.tenants); reloaded on SIGHUP
     usage_db: str | None = Field(None, min_length=1)  # the usage ledger: a SQLite file or postgresql://...
+    node_memory_gb: float | None = Field(None, gt=0)  # this machine's budget for replicas, GiB (over nodes.memory)
 
     @field_validator("regions", mode="before")
     @classmethod

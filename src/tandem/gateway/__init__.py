@@ -14,6 +14,9 @@ text, and Profiles come from a `tandem profile` child process.
 - app: the FastAPI app and the control loop; run: uvicorn, signals, exit codes
 - deployment, profiles, options, cli: settings -> Deployment; Profiles; the flags; `serve_gateway`
 - metrics: request counts, durations, time to first byte, buffered requests
+- models, model_backend, model_metrics, models_admin, cold_start, make_room: many models behind one
+  gateway (a Gateway per model over views of one backend, routed by `model`; GET /admin/models; cold
+  starts per model; idle models scaled down for one a request waits for)
 
 Names are imported on first use, so importing the package (the flags) stays light.
 """

@@ -133,7 +133,7 @@ def replicas_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
                 "address": r.url,
                 "node": r.node or None,
                 "pending": None if r.pending is None else {"cause": r.pending.cause, "detail": r.pending.detail},
-                "reason": None if r.pending is None else r.pending.detail,  # why it waits (room, a region)
+                "reason": None if r.pending is None else r.pending.reason,  # why it waits (room, a region)
                 "memory_bytes": r.spec.memory_bytes,  # what it reserves on its node (0: nothing)
                 "up_s": round(now - r.started_at, 3),
                 "load": None if report is None else {

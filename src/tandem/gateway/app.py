@@ -32,6 +32,7 @@ from tandem.edge.paths import CanonicalPathMiddleware
 from tandem.edge.prometheus import metrics_response
 from tandem.gateway.admin import build_admin_router
 from tandem.gateway.loads import poll_loads
+from tandem.gateway.make_room import RoomMaker
 from tandem.gateway.model_backend import shared_backend
 from tandem.gateway.models import all_ready, model_cards, requested_model, route, warmest
 from tandem.gateway.models_admin import build_models_admin_router
@@ -89,7 +90,13 @@ async def control_loop(gw: Gateway, stop: asyncio.Event, on_fatal: Callable[[str
     that can never start is reported (GET /admin/models) and the others serve on: only a single
     model's failure ends the process."""
     interval_s = min(part.deployment.interval_s for part in gw.parts())
+    room = RoomMaker() if gw.models else None  # scales idle models down for one a request waits for
     while not stop.is_set():
+        if room is not None:  # first, so the models' ticks act on it at once (a cap lifted, a model drained)
+            try:
+                await asyncio.to_thread(room.tick, gw, gw.clock())
+            except Exception:
+                logger.exception("making room failed")
         for part in gw.parts():
             await _tick_model(part, on_fatal if not gw.models else _model_failed(part))
         try:

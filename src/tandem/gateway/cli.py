@@ -36,7 +36,10 @@ def serve_gateway(settings: Settings) -> int:
     secret = new_fleet_secret()  # this fleet's alone; replicas get it in their environment
     redact_secrets_in_logs(secret)  # whatever a template or a replica's output makes of it (tandem.edge.redact)
     try:
-        backend, where = choose_backend(settings, plan.backend.name, plan.backend.address, log_dir, fleet_secret=secret)
+        backend, where = choose_backend(
+            settings, plan.backend.name, plan.backend.address, log_dir, fleet_secret=secret,
+            memory_bytes=plan.nodes.memory_bytes,  # the file's nodes.memory (None: this machine's RAM less a margin)
+        )  # fmt: skip
     except BackendError as exc:
         raise click.ClickException(str(exc)) from None
     gw = build_fleet_gateway(  # one model: build_gateway; several: one Gateway each (tandem.gateway.models)

@@ -54,6 +54,13 @@ _OPTIONS = [
         help="Gateway: where replicas run: processes on this machine, or a Ray cluster.  [default: local]",
     ),
     click.option(
+        "--node-memory-gb",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Gateway: GiB of this machine's memory for replicas (a replica that does not fit waits); over the "
+        "file's nodes.memory.  [default: its RAM less 10% or 1 GiB]",
+    ),
+    click.option(
         "--ray-address",
         default=None,
         help="Gateway: the Ray cluster (HOST:6379, or auto); implies --backend ray.  [default: RAY_ADDRESS, else "
