@@ -105,3 +105,26 @@ def test_a_stream_cut_mid_way_resumes_on_another_replica_from_its_token_ids():
     assert metric(text, "tandem:gateway_resumes_total", variant="fast", reason=FailureKind.UNREACHABLE.value) == 1
     assert metric(text, "tandem:gateway_stream_errors_total", variant="fast") == 0
     assert not gw.fleet.inflight.running
+
+
+def test_a_stream_a_draining_replica_cuts_at_its_shutdown_deadline_resumes_elsewhere():
+    """A replica's shutdown deadline ends its streams with a 503 `shutting_down` error event (tandem.serve):
+    the gateway holds it back and resumes the stream on another replica of the variant."""
+    farewell = b'data: {"error": {"message": "the server shut down", "type": "server_error", "code": "shutting_down"}}'
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "fast-1":
+            parts = (ids_comment(0, [1]) + event("Once"), farewell + b"\n\ndata: [DONE]\n\n")
+        else:
+            assert json.loads(request.content)[CONTINUE_FIELD] == {"token_ids": [1], "text_sent": 4}
+            parts = (event(" more", "length"), b"data: [DONE]\n\n")
+        return httpx.Response(200, stream=_stream(*parts, cut=False), headers={"content-type": "text/event-stream"})
+
+    gw, _ = _gateway({"variants": [one(lo=2)], "policy": HPA}, handler)
+    response = call(gw, {"model": "tiny", "prompt": "p", "max_tokens": 4, "stream": True})
+    assert '"error"' not in response.text and response.text.count("data: [DONE]") == 1
+    texts = [json.loads(line[6:])["choices"][0]["text"] for line in response.text.split("\n\n") if "{" in line]
+    assert texts == ["Once", " more"]
+    text = asyncio.run(_metrics(gw))
+    assert metric(text, "tandem:gateway_resumes_total", variant="fast", reason="unavailable") == 1
+    assert not gw.fleet.inflight.running
