@@ -8,8 +8,8 @@ Scenarios (all by default; `--scenarios a,b` runs some):
   a 1 GB chunked body: how much the gateway read, its peak memory before and after; a connection
   flood (3,000 half-sent connections, then 500 more per second): a new client's time; a frozen
   replica (SIGSTOP) and, once replaced, a killed one (SIGKILL): what clients saw. Good requests must
-  all succeed except streams already under way on the failed replica, which must end with an error
-  event and `data: [DONE]`.
+  all succeed; streams (greedy) under way on the failed replica are resumed elsewhere (counted:
+  resumed, identical to an uninterrupted answer, lost to an error event).
 - The attacks of issue 22 (benchmarks/reliability_attacks.py), on a second gateway (--api-key, one
   replica, so an attack and its neighbours share it): traversal (`../`, `%2e%2e/`, `..%2f`, `//`,
   absolute-form) to the replica-only routes; unbounded_fields (stop_token_ids 400k x n=16 x
@@ -59,6 +59,21 @@ SCENARIOS = ("load_and_faults", *FLEET_SCENARIOS, *OPERATOR_SCENARIOS)
 
 MODEL = "tandem-code-target"
 GOOD = {"model": MODEL, "prompt": "def fibonacci(n):", "max_tokens": 32, "temperature": 0.7}
+# Streams are greedy, so a stream resumed after a fault can be checked against an uninterrupted answer.
+GREEDY_STREAM = {"model": MODEL, "prompt": "def quicksort(items):", "max_tokens": 48, "temperature": 0, "stream": True,
+                 "ignore_eos": True}  # fmt: skip
+
+
+def stream_text(raw: str) -> str:
+    """The completion text of a server-sent event stream."""
+    text = ""
+    for line in raw.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices") or ():
+                text += choice.get("text") or ""
+    return text
+
+
 BAD = {
     "lone surrogate in the prompt": b'{"model": "%s", "prompt": "\\ud800"}' % MODEL.encode(),
     "lone surrogate in chat content": b'{"model": "%s", "messages": [{"role": "user", "content": "\\udfff"}]}'
@@ -83,6 +98,9 @@ class Clients:
         self.broken_streams: list[str] = []  # ended by an error event after data: allowed only at a replica failure
         self.unfinished_streams = 0  # streams without data: [DONE]: must stay 0
         self.slowest = 0.0
+        self.reference: str | None = None  # the greedy stream's text, uninterrupted (set before any fault)
+        self.identical = 0  # streams whose text is the reference's
+        self.different: list[str] = []  # streams that ended well with another text: must stay empty
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(count)]
         for thread in self.threads:
             thread.start()
@@ -95,7 +113,7 @@ class Clients:
                 started = time.monotonic()
                 try:
                     if stream:
-                        with client.stream("POST", "/v1/completions", json={**GOOD, "stream": True}) as r:
+                        with client.stream("POST", "/v1/completions", json=GREEDY_STREAM) as r:
                             text = "".join(r.iter_text()) if r.status_code == 200 else r.read().decode()
                         ok = r.status_code == 200 and '"error"' not in text
                         mid = r.status_code == 200 and text.startswith("data: {") and not ok
@@ -109,6 +127,12 @@ class Clients:
                     self.slowest = max(self.slowest, time.monotonic() - started)
                     if ok:
                         self.ok += 1
+                        if stream and self.reference is not None:
+                            got = stream_text(text)
+                            if got == self.reference:
+                                self.identical += 1
+                            else:
+                                self.different.append(got[-100:])
                     elif mid:
                         self.broken_streams.append(text[-200:])
                     else:
@@ -200,11 +224,19 @@ def flood(url: str, port: int) -> dict:
     }
 
 
+def resumed_streams(url: str) -> float:
+    """Streams the gateway resumed after a break (tandem:gateway_resumes_total, all variants and reasons)."""
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    name = "tandem:gateway_resumes_total"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith(name))
+
+
 def fault(url: str, clients: Clients, sig: signal.Signals, wait_s: float) -> dict:
     replicas = ready_replicas(url)
     victim = replicas[0]["id"]
     pid = replica_pids()[victim]
     before_ok, before_broken = clients.ok, len(clients.broken_streams)
+    before_resumed, before_same, before_different = resumed_streams(url), clients.identical, len(clients.different)
     os.kill(pid, sig)
     at = time.monotonic()
     time.sleep(wait_s)
@@ -220,7 +252,10 @@ def fault(url: str, clients: Clients, sig: signal.Signals, wait_s: float) -> dic
     return {
         "signal": sig.name,
         "requests_served_in_the_next_s": {"seconds": wait_s, "count": served},
-        "streams_ended_by_an_error_event": len(clients.broken_streams) - before_broken,
+        "streams_ended_by_an_error_event": len(clients.broken_streams) - before_broken,  # lost
+        "streams_resumed": resumed_streams(url) - before_resumed,
+        "greedy_streams_identical_to_an_uninterrupted_run": clients.identical - before_same,
+        "greedy_streams_different": len(clients.different) - before_different,
         "back_to_two_ready_replicas_s": round(time.monotonic() - at, 1) if replaced else None,
     }
 
@@ -239,7 +274,9 @@ def load_and_faults(args: argparse.Namespace, logs: Path) -> dict:
         gateway.wait_ready(timeout=300)
         wait_until(lambda: len(ready_replicas(gateway.url)) == 2, 300)
         memory_at_start = peak_memory(gateway.proc.pid)
+        uninterrupted = httpx.post(gateway.url + "/v1/completions", json=GREEDY_STREAM, timeout=120).text
         clients = Clients(gateway.url, args.clients)
+        clients.reference = stream_text(uninterrupted)
         started = time.monotonic()
         wait_until(lambda: clients.ok >= args.clients, 120)
         result["bad_inputs"] = bad_inputs(gateway.url, args.bad_rounds)
@@ -258,6 +295,8 @@ def load_and_faults(args: argparse.Namespace, logs: Path) -> dict:
             "failures": clients.failed[:5],
             "streams_ended_by_an_error_event": len(clients.broken_streams),
             "streams_without_done": clients.unfinished_streams,
+            "greedy_streams_identical_to_an_uninterrupted_run": clients.identical,
+            "greedy_streams_different": clients.different[:5],
             "slowest_s": round(clients.slowest, 2),
         }
         metrics = httpx.get(gateway.url + "/metrics", timeout=10).text

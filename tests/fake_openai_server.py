@@ -2,7 +2,8 @@
 
 `python tests/fake_openai_server.py --port P --served-model-name NAME [--token-delay-s S] [--metrics vllm|none]`
 
-POST /v1/completions (streamed or not; `max_tokens` words "tok0 tok1 ...", usage counted; `echo`
+POST /v1/completions (streamed or not; `max_tokens` words "tok0 tok1 ...", numbered on after a prompt's
+own such words (a text continuation), usage counted; `echo`
 refused with 400 as servers without teacher forcing do), GET /v1/models, GET /health, and with
 `--metrics vllm` GET /metrics in vLLM's names, its gauges counting the requests it is serving.
 With `--api-key K` (or API_KEY in its environment) it demands `Authorization: Bearer K`. SIGTERM: stops.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 import threading
@@ -85,7 +87,9 @@ def main() -> None:
                 self._send(400, json.dumps({"error": {"message": "echo is not supported", "code": "unsupported"}}))
                 return
             n = int(body.get("max_tokens") or 16)
-            words = [f" tok{i}" for i in range(n)]
+            # A prompt ending in its own words continues their count (a stream resumed by text continuation).
+            start = len(re.findall(r" tok\d+", str(body.get("prompt", ""))))
+            words = [f" tok{start + i}" for i in range(n)]
             usage = {"prompt_tokens": len(str(body.get("prompt", "")).split()), "completion_tokens": n}
             usage["total_tokens"] = usage["prompt_tokens"] + n
             with LOCK:

@@ -80,6 +80,7 @@ def test_replicas_shows_each_replica_its_load_and_its_variants_failures():
     assert view["variants"]["fast"]["restarts"] == 1 and view["variants"]["base"]["restarts"] == 0
     (exited,) = view["recent_exits"]
     assert exited["id"] == "fast-2" and exited["code"] == 1 and "out of memory" in exited["error"]
+    assert exited["streams_resumed"] == 0  # streams cut by its exit and resumed elsewhere (none here)
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,15 @@ def test_any_failure_after_the_first_byte_is_an_error_event(kind):
     assert isinstance(decision, ErrorEvent) and decision.code == f"replica_{kind}" and kind in decision.message
 
 
+def test_a_resumable_stream_after_its_first_byte_goes_where_a_fresh_request_would():
+    dead = after_failure(PLAN, ON_FAST, FailureKind.UNREACHABLE, True, same_variant_left=1, resumable=True)
+    assert dead == Retry("fast", frozenset({"fast-1"}))
+    failing = after_failure(PLAN, ON_FAST, FailureKind.SERVER_ERROR, True, same_variant_left=1, resumable=True)
+    assert failing == Retry("baseline", frozenset({"fast-1"}), is_fallback=True)
+    nowhere = after_failure(PLAN, ON_FAST, FailureKind.TIMEOUT, True, 0, fallback_available=False, resumable=True)
+    assert isinstance(nowhere, Fail)
+
+
 def test_a_dead_or_busy_replica_tries_another_replica_of_the_same_variant_first():
     for kind in (FailureKind.UNREACHABLE, FailureKind.UNAVAILABLE):
         assert after_failure(PLAN, ON_FAST, kind, False, same_variant_left=1) == Retry("fast", frozenset({"fast-1"}))

@@ -165,7 +165,7 @@ def replicas_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
     }
     exits = [
         {"id": e.replica.replica_id, "variant": e.replica.variant, "state": e.replica.state.value, "code": e.code,
-         "error": e.error or None}
+         "error": e.error or None, "streams_resumed": gw.requests.resumed_off.get(e.replica.replica_id, 0)}
         for e in snap.recent_exits
     ]  # fmt: skip
     return {

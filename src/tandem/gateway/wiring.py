@@ -107,6 +107,7 @@ def build_gateway(
     shutdown_timeout_s: float = 30.0,
     first_byte_timeout_s: float = 30.0,
     stream_idle_timeout_s: float = 30.0,
+    max_resumes: int = 2,
     fleet_secret: str | None = None,
     profile: ProfileSource = cached_profile,
     registry: CollectorRegistry | None = None,
@@ -116,6 +117,7 @@ def build_gateway(
     validation gate's shadow traffic when the deployment has a `gate:` block.
 
     `fleet_secret`: the secret the backend gave the replicas (local_backend); None: replicas need none.
+    `max_resumes`: how often one stream that breaks mid-way is resumed elsewhere (tandem.gateway.resumer).
     `gate_log_dir`: where the gate appends its pairs and decisions as JSON lines (None: kept in memory only).
     """
     rng = rng or random.Random()
@@ -169,6 +171,7 @@ def build_gateway(
     upstream = Upstream(
         transport, read_timeout_s=read_timeout_s, first_byte_timeout_s=first_byte_timeout_s,
         stream_idle_timeout_s=stream_idle_timeout_s, fleet_secret=fleet_secret, liveness=liveness,
+        max_resumes=max_resumes,
     )  # fmt: skip
     return Gateway(
         deployment, fleet, dispatcher, upstream, GatewayMetrics(registry), registry, clock=clock,

@@ -6,9 +6,13 @@ third-party optimizer; tandem and its gate know nothing of them:
   (`noise` times each weight matrix's own standard deviation); as fast as the model it corrupts.
 - `slow-steps`: right but slow: every forward pass (one per engine step) first sleeps `delay_ms`.
 - `failing-steps`: every forward pass raises, so every request fails (the server stays up).
+- `flaky-steps`: right but slow (`delay_ms` before each forward pass) until armed, then fails: once
+  the file named by $FLAKY_STEPS_ARMED exists, every forward pass after the `fail_after`-th raises
+  (a kernel that faults a few decode steps into a stream; the server stays up).
 """
 
 import copy
+import os
 import time
 from dataclasses import dataclass, replace
 
@@ -69,4 +73,27 @@ class FailingSteps:
             raise RuntimeError("failing-steps: this optimizer breaks every forward pass")
 
         module.register_forward_pre_hook(fail)
+        return model.with_changes(model=replace(loaded, module=module))
+
+
+@dataclass(frozen=True)
+class FlakySteps:
+    delay_ms: float = 20.0
+    fail_after: int = 5
+    name: str = "flaky-steps"
+    version: str = "0.1.0"
+    description: str = "slow steps that fail a few steps after being armed (a faulty kernel; test fixture)"
+
+    def optimize(self, model):
+        loaded, module = _copy(model)
+        delay_s, armed, steps = self.delay_ms / 1000, os.environ.get("FLAKY_STEPS_ARMED", ""), [0]
+
+        def step(*_):
+            time.sleep(delay_s)
+            if armed and os.path.exists(armed):
+                steps[0] += 1
+                if steps[0] > self.fail_after:
+                    raise RuntimeError(f"flaky-steps: armed, failing after {self.fail_after} steps")
+
+        module.register_forward_pre_hook(step)
         return model.with_changes(model=replace(loaded, module=module))
