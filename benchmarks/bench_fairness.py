@@ -48,7 +48,7 @@ def sha(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
-def start(workdir: Path, config: str, slots: int) -> tuple[subprocess.Popen, str]:
+def start(workdir: Path, config: str, slots: int, reserved: int) -> tuple[subprocess.Popen, str]:
     deployment = {
         "variants": [
             {"name": "base", "recipe": "baseline", "replicas": {"min": 1, "max": 1},
@@ -66,7 +66,7 @@ def start(workdir: Path, config: str, slots: int) -> tuple[subprocess.Popen, str
                 {"name": "flooder", "keys": [sha(KEY_A)], "priority": "batch"},
                 {"name": "interactive", "keys": [sha(KEY_B)], "priority": "interactive"},
             ],
-            "fairness": {"max_inflight_per_replica": slots, "reserved_per_replica": 1},
+            "fairness": {"max_inflight_per_replica": slots, "reserved_per_replica": reserved},
         }
         (workdir / "tenants.yaml").write_text(yaml.safe_dump(tenants))
         args += ["--tenants", str(workdir / "tenants.yaml")]
@@ -169,12 +169,14 @@ def main() -> None:
     parser.add_argument("--b-every-s", type=float, default=2.0, help="B sends one request this often")
     parser.add_argument("--slots", type=int, default=8, help="the replica's --max-num-seqs")
     parser.add_argument("--configs", default="fcfs,fair")
+    parser.add_argument("--reserved", type=int, default=1, help="fair: reserved_per_replica")
+    parser.add_argument("--out", default="fairness", help="results/NAME.json")
     args = parser.parse_args()
     rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
         for r in range(args.rounds):
             for config in args.configs.split(","):
-                proc, url = start(Path(tmp), config, args.slots)
+                proc, url = start(Path(tmp), config, args.slots, args.reserved)
                 try:
                     print(f"round {r + 1}, {config}, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
                     rounds.append({"round": r + 1, "config": config, "load_1m": round(os.getloadavg()[0], 2),
@@ -182,6 +184,10 @@ def main() -> None:
                 finally:
                     proc.send_signal(signal.SIGTERM)
                     proc.wait(60)
+                write(args, rounds)  # after each configuration: a run cut short keeps what it measured
+
+
+def write(args: argparse.Namespace, rounds: list[dict]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {
         "command": " ".join(["python", *sys.argv]),
@@ -189,7 +195,7 @@ def main() -> None:
         "settings": vars(args),
         "rounds": rounds,
     }
-    path = RESULTS / "fairness.json"
+    path = RESULTS / f"{args.out}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 

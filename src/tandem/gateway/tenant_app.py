@@ -49,6 +49,10 @@ SETTLE_EVERY_S = 1.0
 
 
 def _cap(gw: Gateway, tenants: Tenants) -> int | None:
+    """Requests a replica may hold before the rest wait in the fair queue; None: no fair queue (the
+    anonymous tenant alone has nobody to be fair to: requests go to the replicas as without tenants)."""
+    if tenants.source == "--api-key":
+        return None
     if tenants.fairness.max_inflight_per_replica is not None:
         return tenants.fairness.max_inflight_per_replica
     primary = gw.fleet.variants.get(gw.deployment.primary)
