@@ -63,12 +63,39 @@ def enable_tenancy(
     gw: Gateway, tenants: Tenants, ledger: Ledger, *, path: Path | None = None,
     wall: Callable[[], float] = time.time,
 ) -> Tenancy:  # fmt: skip
-    """Give `gw` its tenants: limits, the fair queue (when replicas are capped), usage into `ledger`."""
-    cap = [_cap(gw, tenants)]
+    """Give `gw` its tenants: limits, the fair queue (when replicas are capped), usage into `ledger`.
+
+    A fleet of models (tandem.gateway.models): the tenants, their limits and budgets, the ledger and
+    the metrics are one for the whole gateway; each model's pool has its own fair queue (its
+    replicas are what its requests contend for) and its own usage observer (its variants' prices)."""
+    metrics = TenantMetrics(gw.registry)
+    tenancy = _attach(gw, Tenancy(tenants, ledger, Limiter(wall), None, path), metrics, wall)
+    try:
+        tenancy.restore_today()
+    except Exception as exc:  # a ledger that cannot be read now still takes writes
+        logger.warning("could not read today's usage back from %s: %s", ledger.where, exc)
+    for part in gw.models.values():
+        if part.dispatcher is gw.dispatcher:  # the first model: the gateway's own pieces
+            part.tenancy, part.observer = tenancy, gw.observer
+            continue
+        own = _attach(part, dataclasses.replace(tenancy, admission=None, usage=None, on_reload=[], path=None),
+                      metrics, wall)  # fmt: skip
+
+        def follow(new: Tenants, own: Tenancy = own) -> None:
+            own.tenants = new
+            for hook in own.on_reload:
+                hook(new)
+
+        tenancy.on_reload.append(follow)
+    return tenancy
+
+
+def _attach(gw: Gateway, tenancy: Tenancy, metrics: TenantMetrics, wall: Callable[[], float]) -> Tenancy:
+    """One model's pool: its fair queue in front of its dispatcher, its usage observer; `gw.tenancy`."""
+    cap = [_cap(gw, tenancy.tenants)]
     admission = None
-    tenancy = Tenancy(tenants, ledger, Limiter(wall), None, path)
     if cap[0] is not None:
-        queue = FairQueue(tenants.fairness.prompt_weight, tenants.fairness.output_weight)
+        queue = FairQueue(tenancy.tenants.fairness.prompt_weight, tenancy.tenants.fairness.output_weight)
         admission = tenancy.admission = FairAdmission(queue, gw.dispatcher, gw.clock)
 
         def limit() -> int | None:
@@ -87,15 +114,11 @@ def enable_tenancy(
             cap[0] = _cap(gw, new)
 
     tenancy.on_reload.append(refair)
-    try:
-        tenancy.restore_today()
-    except Exception as exc:  # a ledger that cannot be read now still takes writes
-        logger.warning("could not read today's usage back from %s: %s", ledger.where, exc)
 
     def urls() -> dict[str, str]:
         return {r.url: r.variant for r in gw.fleet.backend.list() if r.state is ReplicaState.READY}
 
-    usage = UsageObserver(tenancy, TenantMetrics(gw.registry), lambda: gw.fleet.variants, urls, wall)
+    usage = UsageObserver(tenancy, metrics, lambda: gw.fleet.variants, urls, wall)
     tenancy.usage = usage
     if isinstance(gw.observer, Observers):
         gw.observer.add(usage)
@@ -130,17 +153,20 @@ async def tenancy_loop(gw: Gateway, stop: asyncio.Event) -> None:
     tenancy = gw.tenancy
     if tenancy is None:
         return
-    usage: UsageObserver = tenancy.usage
+    pools = {id(p.tenancy): p.tenancy for p in [gw, *gw.parts()] if p.tenancy is not None}  # one per model
+    observers: list[UsageObserver] = [t.usage for t in pools.values() if t.usage is not None]
     while not stop.is_set():
-        try:
-            usage.settle()
-        except Exception:
-            logger.exception("settling replica time failed")
+        for usage in observers:
+            try:
+                usage.settle()
+            except Exception:
+                logger.exception("settling replica time failed")
         try:
             await asyncio.wait_for(stop.wait(), SETTLE_EVERY_S)
         except TimeoutError:
             pass
-    usage.settle()
+    for usage in observers:
+        usage.settle()
     await asyncio.to_thread(tenancy.ledger.flush)
 
 
