@@ -263,3 +263,27 @@ def test_a_replica_that_sees_fewer_distinct_prompts_hits_more():
     blocks holds four 25-block system prompts beside the running sequences, not eight)."""
     sticky, spread = simulated_hit_rate(4, 120, 3), simulated_hit_rate(8, 120, 3)
     assert sticky > 0.85 and spread < 0.7, (sticky, spread)
+
+
+@pytest.mark.parametrize("recipe", ["ngram(k=3)", "speculative(k=3, max_batch=4, draft={draft})"])
+def test_speculative_greedy_output_is_identical_with_the_block_cache_on_and_off(tiny_llama_dir, tiny_draft_dir, recipe):
+    """Verification rows write k + 1 positions past a shared prefix and read it through the block
+    table: the same tokens as without the cache."""
+    from tandem.engine import Engine, EngineConfig, SamplingParams
+    from tandem.model import load_model
+    from tandem.optimize import apply_recipe
+
+    prompts = [FAMILIES[f] + tail + tail for f, tail in REQUESTS[:6]]  # repeated tails: n-grams to find
+    params = [SamplingParams.greedy_params(10, ignore_eos=True)] * len(prompts)
+    runs = []
+    for caching in (False, True):
+        optimized = apply_recipe(load_model(tiny_llama_dir), recipe.format(draft=tiny_draft_dir))
+        config = EngineConfig(
+            max_model_len=128, kv_cache_tokens=128 * 3, max_prefill_tokens=24, enable_prefix_caching=caching,
+            prefix_block_size=8,
+        )  # fmt: skip
+        engine = Engine(optimized, config)
+        runs.append(([o.token_ids for o in run_staggered(engine, prompts, params)], engine))
+    (off, _), (on, engine_on) = runs
+    assert on == off
+    assert engine_on.prefix_cache_hits > 0 and engine_on.num_drafted_tokens > 0

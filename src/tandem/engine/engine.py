@@ -93,8 +93,8 @@ class Engine:
         block_size = config.prefix_block_size
         if block_size < 1:
             raise ValueError(f"prefix_block_size must be >= 1, got {block_size}")
-        num_blocks = config.kv_cache_tokens // block_size
-        if num_blocks * block_size < self.max_model_len:
+        num_blocks = -(-config.kv_cache_tokens // block_size)  # the budget in whole blocks
+        if config.kv_cache_tokens < self.max_model_len:
             raise ValueError(
                 f"kv_cache_tokens {config.kv_cache_tokens} is below max_model_len {self.max_model_len}: "
                 "no sequence would fit"
@@ -102,7 +102,7 @@ class Engine:
         # Sequences running at once: as many as could each grow to the whole context (so the serving
         # layer's admission and a draft model's per-slot cache keep their bounds); the blocks they
         # hold are what they use, and cached prefixes live in every block no sequence holds.
-        num_slots = min(config.max_num_seqs, num_blocks * block_size // self.max_model_len)
+        num_slots = min(config.max_num_seqs, config.kv_cache_tokens // self.max_model_len)
         kv_dtype = _kv_dtype(optimized.kv_cache_dtype)
         self.runner = ModelRunner(model.module, num_blocks, block_size, self.max_model_len, kv_dtype)
         # Every block the cache stores or evicts, numbered (GET /kv/events); numbers start at the
