@@ -33,6 +33,7 @@ from tandem.edge.prometheus import metrics_response
 from tandem.gateway.admin import build_admin_router
 from tandem.gateway.loads import poll_loads
 from tandem.gateway.proxy import proxy, proxy_get
+from tandem.gateway.replica_metrics import scrape_replica_metrics
 from tandem.gateway.wiring import Gateway
 
 __all__ = ["control_loop", "create_gateway_app", "stop_replicas"]
@@ -74,6 +75,9 @@ async def control_loop(gw: Gateway, stop: asyncio.Event, on_fatal: Callable[[str
         # Right after the tick, so a replica that just became ready is described by its own report at once.
         await poll_loads(gw.fleet, gw.upstream)
         gw.fleet.notify()
+        if gw.replica_metrics is not None:  # their token, TTFT and KV series, per variant on our /metrics
+            replicas = gw.fleet.backend.list()
+            await scrape_replica_metrics(gw.replica_metrics, replicas, gw.upstream.client, gw.upstream.load_timeout_s)
         if gw.fleet.controller.fatal is not None and gw.fleet.fatal is None:
             gw.fleet.fatal = gw.fleet.controller.fatal
             on_fatal(gw.fleet.fatal)

@@ -40,6 +40,7 @@ from tandem.gateway.fleet import Fleet, PendingUse
 from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.observers import NO_OBSERVER, Observer, Observers
+from tandem.gateway.replica_metrics import ReplicaMetrics
 from tandem.gateway.shadow import GatewayShadow
 from tandem.gateway.upstream import Upstream
 from tandem.schedule.breaker import BreakerBoard
@@ -72,6 +73,7 @@ class Gateway:
     buffer_timeout_s: float = 60.0  # how long a request waits at the gateway for a replica
     shutdown_timeout_s: float = 30.0  # in-flight requests get this long after SIGTERM
     draining: bool = False  # SIGTERM: admitting nothing new; waiting requests get 503
+    replica_metrics: ReplicaMetrics | None = None  # the replicas' token, TTFT, KV series per variant
 
     def begin_drain(self) -> None:
         self.draining = True
@@ -155,6 +157,7 @@ def build_gateway(
         deployment, fleet, dispatcher, upstream, GatewayMetrics(registry), registry, clock=clock,
         observer=Observers([shadow]) if shadow is not None else NO_OBSERVER, shadow=shadow,
         buffer_timeout_s=buffer_timeout_s, shutdown_timeout_s=shutdown_timeout_s,
+        replica_metrics=ReplicaMetrics(registry, lambda: controller.pools),
     )  # fmt: skip
 
 
