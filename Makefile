@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # itself on a fresh clone and is a no-op install afterwards.
 SETUP := $(VENV)/.tandem-setup
 
-.PHONY: setup test lint docs kernels run bench external clean
+.PHONY: setup test lint docs kernels run bench external clients clean
 
 setup: $(SETUP)
 
@@ -50,6 +50,15 @@ bench: $(SETUP)
 # The first build compiles llama.cpp (about 18 minutes on 2 shared cores); later runs reuse the wheel.
 external:
 	deploy/external/build_llamacpp.sh
+
+# Real third-party clients (guidellm streaming, aiperf streaming chat) against `tandem serve` and the
+# gateway, zero errors each (tests/clients, marked `clients`; they skip without this venv). Their own
+# venv: they pull about 6.5 GB (torch, datasets, ...), some 40 minutes the first time on 2 shared cores.
+CLIENTS_VENV := .clients-venv
+clients: $(SETUP)
+	test -x $(CLIENTS_VENV)/bin/aiperf || ($(PY) -m venv $(CLIENTS_VENV) && \
+		$(CLIENTS_VENV)/bin/pip install -q 'guidellm==0.8.1' 'aiperf==0.13.0')
+	TANDEM_CLIENTS_VENV=$(CLIENTS_VENV) $(BIN)/pytest -q -m clients tests/clients
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

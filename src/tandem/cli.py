@@ -13,6 +13,7 @@ loads torch at all.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -167,6 +168,9 @@ def serve(config_file: str | None, **flags) -> None:
     """
     from tandem.edge.settings import ConfigError, load_settings
 
+    # Before torch loads OpenMP: its threads sleep while they wait instead of spinning on cores a
+    # client or another replica needs (benchmarks/bench_threads.py; docs/server.md). Set it to override.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         config = load_settings(config_file, flags)
     except ConfigError as exc:

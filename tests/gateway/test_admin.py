@@ -81,6 +81,11 @@ def test_replicas_shows_each_replica_its_load_and_its_variants_failures():
     (exited,) = view["recent_exits"]
     assert exited["id"] == "fast-2" and exited["code"] == 1 and "out of memory" in exited["error"]
     assert exited["streams_resumed"] == 0  # streams cut by its exit and resumed elsewhere (none here)
+    # Why it scales or not: the policy's last decision and what it was made on.
+    scaling = view["variants"]["fast"]["scaling"]
+    assert scaling["policy"] and scaling["outcome"] in ("up", "down", "hold", "backing off")
+    assert scaling["in_flight"] >= 4 and scaling["kv_used"] == 0.5 and scaling["limits"]["max"] >= 1
+    assert {"current", "ready", "desired", "demand", "notes", "age_s"} <= scaling.keys()
 
 
 @pytest.mark.parametrize(

@@ -160,6 +160,8 @@ def replicas_view(gw: Gateway, snap: Snapshot) -> dict[str, Any]:
             if name in snap.starts
             else 0.0,
             "last_error": (snap.starts[name].last_error or None) if name in snap.starts else None,
+            # why it scales or not: the policy's last decision and its inputs (tandem.schedule.scale_decision)
+            "scaling": snap.decisions[name].view(now) if name in snap.decisions else None,
         }
         for name, pool in snap.pools.items()
     }

@@ -38,6 +38,7 @@ from tandem.gateway.models import all_ready, model_cards, requested_model, route
 from tandem.gateway.models_admin import build_models_admin_router
 from tandem.gateway.proxy import proxy, proxy_get
 from tandem.gateway.tenant_app import install_tenancy, install_tenant_auth, tenancy_loop
+from tandem.gateway.replica_metrics import scrape_replica_metrics
 from tandem.gateway.wiring import Gateway
 
 __all__ = ["control_loop", "create_gateway_app", "stop_replicas"]
@@ -80,6 +81,9 @@ async def _tick_model(gw: Gateway, on_fatal: Callable[[str], None]) -> None:
     # Right after the tick, so a replica that just became ready is described by its own report at once.
     await poll_loads(gw.fleet, gw.upstream)
     gw.fleet.notify()
+    if gw.replica_metrics is not None:  # their token, TTFT and KV series, per variant on our /metrics
+        replicas = gw.fleet.backend.list()
+        await scrape_replica_metrics(gw.replica_metrics, replicas, gw.upstream.client, gw.upstream.load_timeout_s)
     if gw.fleet.controller.fatal is not None and gw.fleet.fatal is None:
         gw.fleet.fatal = gw.fleet.controller.fatal
         on_fatal(gw.fleet.fatal)

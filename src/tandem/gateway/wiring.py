@@ -42,6 +42,7 @@ from tandem.gateway.kv_index import KVIndex
 from tandem.gateway.liveness import Liveness
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.observers import NO_OBSERVER, Observer, Observers
+from tandem.gateway.replica_metrics import ReplicaMetrics
 from tandem.gateway.shadow import GatewayShadow
 from tandem.gateway.upstream import Upstream
 from tandem.schedule.breaker import BreakerBoard
@@ -82,6 +83,7 @@ class Gateway:
     models: dict[str, Gateway] = field(default_factory=dict)
     model: str = ""
     tenancy: Tenancy | None = None  # tenants, limits, fair queue, usage (tandem.gateway.tenant_app.enable_tenancy)
+    replica_metrics: ReplicaMetrics | None = None  # the replicas' token, TTFT, KV series per variant
 
     def begin_drain(self) -> None:
         self.draining = True
@@ -177,6 +179,7 @@ def build_gateway(
         deployment, fleet, dispatcher, upstream, GatewayMetrics(registry), registry, clock=clock,
         observer=Observers([shadow]) if shadow is not None else NO_OBSERVER, shadow=shadow,
         buffer_timeout_s=buffer_timeout_s, shutdown_timeout_s=shutdown_timeout_s,
+        replica_metrics=ReplicaMetrics(registry, lambda: controller.pools),
     )  # fmt: skip
 
 

@@ -31,6 +31,7 @@ from tandem.schedule.placement import pick_victims, region_to_add
 from tandem.schedule.policies.context import Policy, PolicyState, ScaleContext, ScaleLimits, TokenDemand
 from tandem.schedule.restarts import StartHistory
 from tandem.schedule.rollout import DrainVariant, Fleet, Phase, Rollout, StartReplicas, abort, step, weights
+from tandem.schedule.scale_decision import ScaleDecision, scale_decision
 from tandem.schedule.variant import Variant
 
 __all__ = ["Controller", "ControllerConfig", "Pool", "Snapshot", "TickReport"]
@@ -75,6 +76,7 @@ class Snapshot:
     recent_exits: tuple[ReplicaExit, ...]
     rollout: Rollout | None
     replicas: tuple[Replica, ...]
+    decisions: dict[str, ScaleDecision] = field(default_factory=dict)  # the last per variant (scale_decision)
 
 
 @dataclass
@@ -121,6 +123,7 @@ class Controller:
         self.loads: dict[str, ReplicaLoad] = {}  # the loads the last tick decided on
         self.starts: dict[str, StartHistory] = {name: StartHistory() for name in self.pools}
         self.recent_exits: deque[ReplicaExit] = deque(maxlen=20)  # unexpected ones, newest last
+        self.decisions: dict[str, ScaleDecision] = {}  # each variant's last scaling decision and its inputs
         self.fatal: str | None = None  # set when the primary can never start: the gateway exits
         self._promoted: Pool | None = None  # an existing pool a rollout took over, as it was (restored on abort)
         self._forget_when_empty: str | None = None  # an aborted rollout's own pool, dropped once drained
@@ -140,7 +143,7 @@ class Controller:
         with self._lock:
             return Snapshot(
                 self.primary, dict(self.pools), dict(self.starts), tuple(self.recent_exits), self.rollout,
-                tuple(self.replicas),
+                tuple(self.replicas), dict(self.decisions),
             )  # fmt: skip
 
     def use(self, variant: Variant, shift_step: float = 1.0, timeout_s: float = 600.0) -> Rollout:
@@ -376,10 +379,11 @@ class Controller:
         )
         desired, self.states[name] = pool.policy(ctx)
         report.desired[name] = (len(live), desired)
-        if desired == len(live):
-            return
-        if desired > len(live) and not restarts.may_start(self.starts.get(name, StartHistory()), now):
-            return  # backing off after startup failures; the next tick after retry_at starts it
+        backing_off = desired > len(live) and not restarts.may_start(self.starts.get(name, StartHistory()), now)
+        notes = self.states[name].notes
+        self.decisions[name] = scale_decision(ctx, pool.policy_name, desired, notes, backing_off)  # for operators
+        if desired == len(live) or backing_off:
+            return  # backing off after startup failures: the next tick after retry_at starts it
         direction = "up" if desired > len(live) else "down"
         logger.info(
             "%s: %s %d -> %d replicas (%s)", name, pool.policy_name, len(live), desired, dict(self.states[name].notes)
