@@ -37,8 +37,8 @@ from tandem.gateway.model_backend import shared_backend
 from tandem.gateway.models import all_ready, model_cards, requested_model, route, warmest
 from tandem.gateway.models_admin import build_models_admin_router
 from tandem.gateway.proxy import proxy, proxy_get
-from tandem.gateway.tenant_app import install_tenancy, install_tenant_auth, tenancy_loop
 from tandem.gateway.replica_metrics import scrape_replica_metrics
+from tandem.gateway.tenant_app import install_tenancy, install_tenant_auth, tenancy_loop
 from tandem.gateway.wiring import Gateway
 
 __all__ = ["control_loop", "create_gateway_app", "stop_replicas"]
