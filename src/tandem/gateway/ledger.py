@@ -24,13 +24,14 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-__all__ = ["GROUPS", "Ledger", "LedgerError", "UsageRecord", "default_usage_db", "ledger_url"]
+__all__ = ["GROUPS", "Ledger", "LedgerError", "UsageRecord", "default_usage_db", "ledger_url", "moment_from"]
 
 logger = logging.getLogger("tandem.gateway")
 
@@ -241,6 +242,22 @@ class Ledger:
                 (name, int(tokens or 0), float(dollars or 0.0))
                 for name, tokens, dollars in connection.execute(statement)
             ]
+
+
+def moment_from(value: str | None) -> float | None:
+    """A moment as `/admin/usage` and `tandem usage` take it: Unix seconds or ISO 8601 (UTC unless it
+    says otherwise); None for none given; ValueError naming both forms for anything else."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value[:60]!r} is neither ISO 8601 (2026-01-31T12:00:00Z) nor Unix seconds") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def _fold(found: Iterable[Any]) -> list[dict[str, Any]]:

@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from tandem.edge.bodies import parsed_body
 from tandem.edge.errors import APIError
 from tandem.gateway.admission import FairAdmission
 from tandem.gateway.fair_queue import FairQueue
-from tandem.gateway.ledger import GROUPS, Ledger
+from tandem.gateway.ledger import GROUPS, Ledger, moment_from
 from tandem.gateway.observers import NO_OBSERVER, Observers
 from tandem.gateway.tenancy import Limiter, Tenancy
 from tandem.gateway.tenant_edge import TenantAuthMiddleware, TenantLimitsMiddleware, scope_tenant
@@ -171,22 +170,10 @@ async def tenancy_loop(gw: Gateway, stop: asyncio.Event) -> None:
 
 
 def _when(value: str | None, name: str) -> float | None:
-    if value is None or value == "":
-        return None
     try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise APIError(
-            400, f"{name}={value[:60]!r} is neither ISO 8601 (2026-01-31T12:00:00Z) nor Unix seconds", param=name,
-            code="invalid_value",
-        ) from None  # fmt: skip
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+        return moment_from(value)
+    except ValueError as exc:
+        raise APIError(400, f"{name}={exc}", param=name, code="invalid_value") from None
 
 
 def tenants_view(tenancy: Tenancy) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import click
 
 from tandem.deployment.tenants import TenantsError, anonymous_tenants, load_tenants, new_key
 from tandem.edge.settings import Settings
-from tandem.gateway.ledger import GROUPS, Ledger, LedgerError, default_usage_db
+from tandem.gateway.ledger import GROUPS, Ledger, LedgerError, default_usage_db, moment_from
 from tandem.gateway.tenancy import Tenancy
 from tandem.gateway.tenant_app import enable_tenancy
 from tandem.gateway.wiring import Gateway
@@ -67,17 +67,10 @@ def keys_new() -> None:
 
 
 def _time(value: str | None, name: str) -> float | None:
-    if value is None:
-        return None
     try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is neither ISO 8601 nor Unix seconds", param_hint=name) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+        return moment_from(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=name) from None
 
 
 COLUMNS = ("period_start", "tenant", "model", "variant", "requests", "requests_by_status", "prompt_tokens",

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import click
 
+from tandem.sim.choices import names_from
+
 __all__ = ["sim_command"]
 
 
@@ -211,18 +213,8 @@ def sim_command(
         raise click.BadParameter("variant names must differ", param_hint="--variant")
     from tandem.schedule.routers import ROUTER_NAMES
 
-    router_list = [r.strip() for r in routers.split(",") if r.strip()]
-    bad_routers = [r for r in router_list if r not in ROUTER_NAMES]
-    if bad_routers or not router_list:
-        raise click.BadParameter(
-            f"unknown {', '.join(bad_routers) or 'empty'} (known: {', '.join(ROUTER_NAMES)})", param_hint="--router"
-        )
-    policy_list = [p.strip() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in policy_list if p not in POLICY_NAMES]
-    if unknown or not policy_list:
-        raise click.BadParameter(
-            f"unknown {', '.join(unknown) or 'empty'} (known: {', '.join(POLICY_NAMES)})", param_hint="--policies"
-        )
+    router_list = names_from(routers, ROUTER_NAMES, "--router")
+    policy_list = names_from(policies, POLICY_NAMES, "--policies")
     try:
         trace, label = _load_trace(trace_name, start_s, duration_s, seed)
         if not trace:

@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from tandem.sim.choices import names_from
+
 __all__ = ["fleet_traces", "run_fleet_command"]
 
 _MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -124,12 +126,7 @@ def run_fleet_command(
     console = Console(stderr=True)
     models = [model for model, _ in fleet]
     variants = _model_variants(variant_specs, models)
-    policy_list = [p.strip() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in policy_list if p not in POLICY_NAMES]
-    if unknown or not policy_list:
-        raise click.BadParameter(
-            f"unknown {', '.join(unknown) or 'empty'} (known: {', '.join(POLICY_NAMES)})", param_hint="--policies"
-        )
+    policy_list = names_from(policies, POLICY_NAMES, "--policies")
     try:
         fleet_models, labels = [], {}
         for model, trace_name in fleet:
