@@ -20,6 +20,7 @@ LONGEST_FIRST = (
     "gateway/test_run.py", "gateway/test_faults.py", "gateway/test_liveness.py", "zoo/test_bundled_models.py",
     "test_readme.py", "optimize/test_speculative.py", "gateway/test_slow_stream.py", "serve/test_errors.py",
     "serve/test_fuzz.py", "gateway/test_schema_fuzz.py", "gateway/test_external_variants.py",
+    "engine/test_kv_blocks.py",
 )  # fmt: skip
 
 
