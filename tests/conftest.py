@@ -23,6 +23,7 @@ LONGEST_FIRST = (
     "gateway/test_fleet_live.py", "gateway/test_fleet_payoff.py", "gateway/test_tenants_live.py",
     "gateway/test_kv_routing_live.py",
     "gateway/test_resume_live.py", "serve/test_continuation.py",
+    "engine/test_kv_blocks.py",
 )  # fmt: skip
 
 
