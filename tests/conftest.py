@@ -24,6 +24,7 @@ LONGEST_FIRST = (
     "gateway/test_kv_routing_live.py",
     "gateway/test_resume_live.py", "serve/test_continuation.py",
     "engine/test_kv_blocks.py",
+    "gateway/test_resume_live.py", "serve/test_continuation.py", "gateway/test_usage_restart.py",
 )  # fmt: skip
 
 
