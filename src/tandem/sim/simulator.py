@@ -26,6 +26,7 @@ from tandem.cluster.fake import FakeBackend
 from tandem.contracts import Profile, ReplicaLoad
 from tandem.schedule.controller import Controller, ControllerConfig, Pool
 from tandem.schedule.policies.context import Policy, ScaleLimits
+from tandem.schedule.policies.prefill_budget import PrefillBudget, prefill_budget
 from tandem.schedule.policies.slo import admission_limit
 from tandem.schedule.routers import AdmissionCap, LeastOutstanding, Router, RouteRequest
 from tandem.schedule.traffic import DemandMeter
@@ -49,6 +50,7 @@ class SimConfig:
     boot_s: float | None = None  # how long a replica takes to start, when measured apart (None: the Profile's)
     run_tail: bool = False  # keep ticking for all of tail_s, even once every request is done
     admission_cap: bool = False  # the router holds each replica to the SLO batch of the live mix (AdmissionCap)
+    token_cap: bool = True  # ... and, with admission_cap, to the prompt tokens its rows can carry (PrefillBudget)
     controller: ControllerConfig = ControllerConfig()
 
 
@@ -149,8 +151,9 @@ def simulate(
     gateway: deque[SimSequence] = deque()
     result = SimResult(duration, config.ttft_slo_s, config.tpot_slo_s)
     cap: list[int | None] = [None]  # the admission cap, refreshed every tick from the live length mix
+    budget: list[PrefillBudget | None] = [None]  # the token cap, refreshed with it
     if config.admission_cap:
-        router = AdmissionCap(router, lambda: cap[0])
+        router = AdmissionCap(router, lambda: cap[0], (lambda: budget[0]) if config.token_cap else None)
 
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:
@@ -167,6 +170,7 @@ def simulate(
             waiting=len(sim.waiting),
             kv_used=sim.running / profile.max_slots,
             healthy=replica.state is ReplicaState.READY,
+            prefill_tokens=sim.prefill_pending,
         )
 
     controller = Controller(
@@ -223,6 +227,8 @@ def simulate(
                 live = demand.rate(variant.name, now)
                 cap[0] = admission_limit(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
                                          config.prefill_chunk_tokens) or cap[0]  # fmt: skip
+                budget[0] = prefill_budget(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
+                                           config.prefill_chunk_tokens) or budget[0]  # fmt: skip
             report = controller.tick()
             current, desired = report.desired.get(variant.name, (0, 0))
             if desired != current and now >= 0:
@@ -244,7 +250,7 @@ def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_
     loads = {r.replica_id: load_of(r) for r in replicas}
     by_id = {r.replica_id: r for r in replicas}
     while gateway:
-        choice = router.choose(RouteRequest(), list(loads.values()))
+        choice = router.choose(RouteRequest(prompt_tokens=gateway[0].prompt_tokens), list(loads.values()))
         if choice is None:
             return
         sim_of(by_id[choice.replica_id]).submit(gateway.popleft(), now)
