@@ -51,6 +51,9 @@ class SimConfig:
     run_tail: bool = False  # keep ticking for all of tail_s, even once every request is done
     admission_cap: bool = False  # the router holds each replica to the SLO batch of the live mix (AdmissionCap)
     token_cap: bool = True  # ... and, with admission_cap, to the prompt tokens its rows can carry (PrefillBudget)
+    # With admission_cap, while requests wait at the gateway, dispatch this many times a step: a gateway
+    # dispatches on every event, and a replica refusing a prompt now may take it as soon as its prefill is done.
+    dispatch_substeps: int = 5
     controller: ControllerConfig = ControllerConfig()
 
 
@@ -208,11 +211,17 @@ def simulate(
             gone = sims.pop(replica_id).in_flight()  # stopped with work on it
             result.lost_requests.extend(gone)
             in_flight -= len(gone)
-        for replica in replicas:
-            for seq in sim_of(replica).step(now, dt):
-                in_flight -= 1
-                # As the gateway counts: a request's prompt and output tokens once it has finished.
-                demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens, result.meets_slo(seq))
+        parts = config.dispatch_substeps if config.admission_cap and gateway and config.dispatch_substeps > 1 else 1
+        for part in range(parts):
+            t, h = now + part * dt / parts, dt / parts
+            if part:
+                _dispatch(gateway, replicas, router, load_of, sim_of, t)
+            for replica in replicas:
+                for seq in sim_of(replica).step(t, h):
+                    in_flight -= 1
+                    # As the gateway counts: a request's prompt and output tokens once it has finished.
+                    demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens,
+                                  result.meets_slo(seq))  # fmt: skip
         if 0 <= now < duration:
             live = sum(1 for r in replicas if r.live)
             result.replica_seconds += len(replicas) * min(dt, duration - now)
