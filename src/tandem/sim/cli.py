@@ -124,7 +124,8 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
     "--admission-cap/--no-admission-cap",
     default=False,
     show_default=True,
-    help="The router holds each replica to the SLO batch of the live length mix (requests queue at the gateway)",
+    help="The router holds each replica to the SLO batch and the prompt-token budget of the live length mix "
+    "(requests queue at the gateway)",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic trace.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None)
