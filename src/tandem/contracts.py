@@ -118,6 +118,7 @@ class ReplicaLoad:
     # Who measured it: "tandem" (the replica's GET /load), an external engine's metrics adapter
     # ("vllm", "sglang", "llamacpp"), or "gateway-inflight" (the gateway's own count of requests).
     source: str = "tandem"
+    prefill_tokens: int = 0  # prompt tokens admitted and not yet prefilled (0: not reported)
 
 
 # --- KV events: which prefix blocks a replica holds (replica -> gateway's kv-aware router) ---------

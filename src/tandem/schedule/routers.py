@@ -9,8 +9,10 @@ the chosen load, or None when no healthy replica is eligible.
 - `RegionAware`: the request's region first; spills to other regions only when all of its
   region's replicas are saturated (or it has none).
 - `AdmissionCap`: wraps any router; a replica already holding the cap's requests (the SLO batch for
-  the current length mix, `policies.slo.admission_limit`) takes no more, so the request waits at the
-  gateway: a fleet sized too small shows as TTFT, not as every running user's TPOT.
+  the current length mix, `policies.slo.admission_limit`) takes no more, nor one whose prompt tokens
+  still to prefill, with this request's, exceed the token budget (`policies.prefill_budget`: what its
+  decoding rows can carry within the TPOT target), so the request waits at the gateway: a fleet sized
+  too small shows as TTFT, not as every running user's TPOT.
 - `PrefixAffinity`: rendezvous hash of the prompt's first block, so requests sharing a prefix land
   on the replica that has it cached, and adding or removing a replica moves only its share; when
   that replica is much busier than the least-loaded one, the least-loaded one instead.
@@ -41,6 +43,7 @@ __all__ = [
     "RegionAware",
     "RouteRequest",
     "Router",
+    "TokenAdmission",
     "eligible",
     "outstanding",
     "make_router",
@@ -66,6 +69,7 @@ class RouteRequest:
     prefix: str = ""  # the prompt's beginning; PrefixAffinity hashes its first block
     exclude: frozenset[str] = field(default_factory=frozenset)  # replicas already tried for this request
     kv: PrefixMatch | None = None  # what each replica holds of the prompt (KVAware; None: not known)
+    prompt_tokens: int = 0  # the prompt's length, where known (AdmissionCap's token budget; 0: unknown)
 
 
 class Router(Protocol):
@@ -89,17 +93,31 @@ class LeastOutstanding:
         return _least(eligible(request, replicas))
 
 
-class AdmissionCap:
-    """`inner`'s choice among the replicas with fewer than `limit()` requests outstanding (None: no cap)."""
+class TokenAdmission(Protocol):
+    def admits(self, pending_prefill_tokens: int, prompt_tokens: int) -> bool: ...
 
-    def __init__(self, inner: Router, limit: Callable[[], int | None]) -> None:
+
+class AdmissionCap:
+    """`inner`'s choice among the replicas with fewer than `limit()` requests outstanding (None: no cap)
+    and, with `budget`, whose `prefill_tokens` leave room for the request's prompt (None: no token cap)."""
+
+    def __init__(
+        self,
+        inner: Router,
+        limit: Callable[[], int | None],
+        budget: Callable[[], TokenAdmission | None] | None = None,
+    ) -> None:
         self.inner = inner
         self.limit = limit
+        self.budget = budget
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaLoad]) -> ReplicaLoad | None:
         cap = self.limit()
         if cap is not None:
             replicas = [r for r in replicas if outstanding(r) < cap]
+        tokens = self.budget() if self.budget is not None else None
+        if tokens is not None:
+            replicas = [r for r in replicas if tokens.admits(r.prefill_tokens, request.prompt_tokens)]
         return self.inner.choose(request, replicas)
 
 

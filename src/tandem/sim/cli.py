@@ -134,7 +134,8 @@ def _load_trace(name: str, start_s: float, duration_s: float | None, seed: int):
     "--admission-cap/--no-admission-cap",
     default=False,
     show_default=True,
-    help="The router holds each replica to the SLO batch of the live length mix (requests queue at the gateway)",
+    help="The router holds each replica to the SLO batch and the prompt-token budget of the live length mix "
+    "(requests queue at the gateway)",
 )
 @click.option(
     "--router",

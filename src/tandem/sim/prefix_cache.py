@@ -26,9 +26,12 @@ def route_for(seq, replicas: Sequence) -> RouteRequest:
     first block id; kv-aware's match is what each replica's cache holds of it now, as the gateway's
     index of their KV events would say (without its polling delay)."""
     if not seq.blocks:
-        return RouteRequest()
+        return RouteRequest(prompt_tokens=seq.prompt_tokens)
     held = {r.replica_id: r.prefix.held_tokens(seq.blocks, seq.prompt_tokens) for r in replicas if r.prefix}
-    return RouteRequest(prefix=str(seq.blocks[0]), kv=PrefixMatch(seq.prompt_tokens, held, frozenset(held)))
+    return RouteRequest(
+        prefix=str(seq.blocks[0]), kv=PrefixMatch(seq.prompt_tokens, held, frozenset(held)),
+        prompt_tokens=seq.prompt_tokens,
+    )  # fmt: skip
 
 
 class PrefixCache:

@@ -91,6 +91,11 @@ class SimReplica:
     def busy(self) -> int:
         return self.running + len(self.waiting)
 
+    @property
+    def prefill_pending(self) -> int:
+        """Prompt tokens submitted here and not yet prefilled (what AdmissionCap's token budget counts)."""
+        return math.ceil(sum(s.prompt_tokens for s in self.waiting) + sum(s.prefill_left for s in self.prefilling))
+
     def in_flight(self) -> list[SimSequence]:
         return [*self.waiting, *self.prefilling, *(entry[2] for entry in self.decoding)]
 

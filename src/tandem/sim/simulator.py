@@ -28,6 +28,7 @@ from tandem.cluster.fake import FakeBackend
 from tandem.contracts import Profile, ReplicaLoad
 from tandem.schedule.controller import Controller, ControllerConfig, Pool
 from tandem.schedule.policies.context import Policy, ScaleLimits
+from tandem.schedule.policies.prefill_budget import PrefillBudget, prefill_budget
 from tandem.schedule.policies.slo import admission_limit
 from tandem.schedule.routers import AdmissionCap, LeastOutstanding, Router
 from tandem.schedule.traffic import DemandMeter
@@ -53,6 +54,10 @@ class SimConfig:
     run_tail: bool = False  # keep ticking for all of tail_s, even once every request is done
     admission_cap: bool = False  # the router holds each replica to the SLO batch of the live mix (AdmissionCap)
     prefix_block_tokens: int = 512  # a replica's prefix block cache (traces with block ids: Mooncake's 512); 0: none
+    token_cap: bool = True  # ... and, with admission_cap, to the prompt tokens its rows can carry (PrefillBudget)
+    # With admission_cap, while requests wait at the gateway, dispatch this many times a step: a gateway
+    # dispatches on every event, and a replica refusing a prompt now may take it as soon as its prefill is done.
+    dispatch_substeps: int = 5
     controller: ControllerConfig = ControllerConfig()
 
 
@@ -166,8 +171,9 @@ def simulate(
     gateway: deque[SimSequence] = deque()
     result = SimResult(duration, config.ttft_slo_s, config.tpot_slo_s)
     cap: list[int | None] = [None]  # the admission cap, refreshed every tick from the live length mix
+    budget: list[PrefillBudget | None] = [None]  # the token cap, refreshed with it
     if config.admission_cap:
-        router = AdmissionCap(router, lambda: cap[0])
+        router = AdmissionCap(router, lambda: cap[0], (lambda: budget[0]) if config.token_cap else None)
 
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:
@@ -186,6 +192,7 @@ def simulate(
             waiting=len(sim.waiting),
             kv_used=sim.running / profile.max_slots,
             healthy=replica.state is ReplicaState.READY,
+            prefill_tokens=sim.prefill_pending,
         )
 
     controller = Controller(
@@ -225,11 +232,17 @@ def simulate(
             gone = sims.pop(replica_id).in_flight()  # stopped with work on it
             result.lost_requests.extend(gone)
             in_flight -= len(gone)
-        for replica in replicas:
-            for seq in sim_of(replica).step(now, dt):
-                in_flight -= 1
-                # As the gateway counts: a request's prompt and output tokens once it has finished.
-                demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens, result.meets_slo(seq))
+        parts = config.dispatch_substeps if config.admission_cap and gateway and config.dispatch_substeps > 1 else 1
+        for part in range(parts):
+            t, h = now + part * dt / parts, dt / parts
+            if part:
+                _dispatch(gateway, replicas, router, load_of, sim_of, t)
+            for replica in replicas:
+                for seq in sim_of(replica).step(t, h):
+                    in_flight -= 1
+                    # As the gateway counts: a request's prompt and output tokens once it has finished.
+                    demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens,
+                                  result.meets_slo(seq))  # fmt: skip
         if 0 <= now < duration:
             live = sum(1 for r in replicas if r.live)
             result.replica_seconds += len(replicas) * min(dt, duration - now)
@@ -246,6 +259,8 @@ def simulate(
                 live = demand.rate(variant.name, now)
                 cap[0] = admission_limit(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
                                          config.prefill_chunk_tokens) or cap[0]  # fmt: skip
+                budget[0] = prefill_budget(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
+                                           config.prefill_chunk_tokens) or budget[0]  # fmt: skip
             report = controller.tick()
             current, desired = report.desired.get(variant.name, (0, 0))
             if desired != current and now >= 0:

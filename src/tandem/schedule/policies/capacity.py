@@ -190,8 +190,9 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         # the last w seconds (10 s doubling up to the cold start + the line's lag) against the forecasts that
         # sized the fleet for them; weighted by the work that came.
         need = shortfall_need(samples, state.forecasts, ctx.now, horizon, windows, delay, params.peak_window_s)
+        peaks = trim_window(peaks, ctx.now, params.burst_memory_s)  # older ones go even while none is judged
         if need is not None:
-            peaks = (*trim_window(peaks, ctx.now, params.burst_memory_s), (ctx.now, need, arriving))
+            peaks = (*peaks, (ctx.now, need, arriving))
         forecasts = (*trim_window(state.forecasts, ctx.now, horizon + windows[-1] + 2 * max(dt, 1.0)),
                      (ctx.now, judged))  # fmt: skip
         room = headroom(peaks, params.headroom_quantile, least=0.0)  # replicas beyond the forecast
