@@ -66,6 +66,7 @@ SERVE_GROUPS: tuple[tuple[str, frozenset[str]], ...] = (
                 "ray_address",
                 "first_byte_timeout",
                 "stream_idle_timeout",
+                "max_resumes",
                 "shadow",
                 "shadow_fraction",
                 "print_deployment_schema",
