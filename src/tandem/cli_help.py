@@ -69,6 +69,9 @@ SERVE_GROUPS: tuple[tuple[str, frozenset[str]], ...] = (
                 "max_resumes",
                 "shadow",
                 "shadow_fraction",
+                "tenants",
+                "usage_db",
+                "node_memory_gb",
                 "print_deployment_schema",
             }
         ),  # fmt: skip

@@ -6,8 +6,8 @@ step takes DELAY_MS, so streams are under way when the fault comes; armed, it fa
 pass after its 5th) and one of the fallback `safe` (baseline). Each test sends 16 greedy streaming
 completions and 8 greedy streaming chats with long answers at once, and when each has sent some of
 its answer: SIGKILLs the primary replica serving most of them / SIGSTOPs it (liveness deadlines) /
-arms the fault; the autoscaler scales the primary down to one replica (the drain's deadline cuts the
-victim's streams, which resume on the other); `POST /admin/use` rolls it over to another recipe (the
+arms the fault; the primary is scaled down to one replica, its busiest drained (the drain's deadline
+cuts its streams, which resume on the other); `POST /admin/use` rolls it over to another recipe (the
 old replica drains and finishes its streams). Every client's stream ends with one `data: [DONE]` and
 no error event, its text is the text of the same request in an uninterrupted burst, and usage counts
 the whole answer.
@@ -90,6 +90,9 @@ class Burst:
 
     def under_way(self, least: int) -> bool:
         return min(self.events) >= least
+
+    def half_way(self) -> bool:
+        return self.under_way(TOKENS // 2) or None not in self.results
 
     def wait(self) -> list[dict]:
         for thread in self.threads:
@@ -236,18 +239,17 @@ def test_a_scale_down_cuts_no_stream_its_drain_deadline_resumes_them(fleet):
         controller.config = dataclasses.replace(controller.config, drain_timeout_s=0.0)
     before = resumes(gw, "unavailable")
     burst = Burst(gw.url)
-    wait_for(lambda: burst.under_way(8), 120, "every stream under way")
-    watch = DrainWatch(gw, "fast")
-    with controller._lock:  # the operator lowers the bounds: the autoscaler drains one replica
+    wait_for(lambda: burst.under_way(3), 120, "every stream under way")
+    busy = _busiest(gw)
+    held = gw.gw.fleet.inflight.running.get(busy, 0)
+    with controller._lock:  # the operator scales the primary down to one replica and drains the busiest
         pool = controller.pools["fast"]
         limits = dataclasses.replace(pool.limits, min_replicas=1, max_replicas=1)
         controller.pools["fast"] = dataclasses.replace(pool, limits=limits)
+        gw.backend.drain(busy)  # as the autoscaler's scale-down does (Controller._remove)
     check(burst.wait(), reference)
-    drained = watch.stop()
-    assert len(drained) == 1, drained
-    ((held, _),) = drained.values()
     cut = resumes(gw, "unavailable") - before
-    print(f"scale-down: the victim held {held} streams; {cut:g} resumed after its deadline, all identical")
+    print(f"scale-down: the drained replica held {held} streams; {cut:g} resumed after its deadline, all identical")
     assert held >= 1 and cut >= 1  # its streams ran past the deadline: the farewell event resumed them
     wait_for(lambda: sum(r.variant == "fast" and r.live for r in gw.backend.list()) == 1, 60, "one fast replica")
     gw.settled()
@@ -265,16 +267,21 @@ def test_a_rollout_under_streaming_load_cuts_no_stream(fleet):
     recipe = f"flaky-steps(delay_ms={DELAY_MS},fail_after=6)"  # another recipe, the same (greedy) text
     accepted = httpx.post(gw.url + "/admin/use", json={"recipe": recipe}, timeout=30)
     assert accepted.status_code == 202, accepted.text
-    spans, deadline = [], time.monotonic() + 300
-    while not watch.seen or controller.primary == "fast":  # streaming load, burst after burst, until rolled over
+    spans, deadline, running = [], time.monotonic() + 300, None
+    while not watch.seen or controller.primary == "fast":  # streaming load until rolled over: each burst
         assert time.monotonic() < deadline, f"the rollout did not finish: {httpx.get(gw.url + '/admin/rollout').text}"
-        start = time.monotonic()
-        check(Burst(gw.url).wait(), reference)
-        spans.append((start, time.monotonic()))
+        start, burst = time.monotonic(), Burst(gw.url)  # starts while the one before is still half under way
+        wait_for(burst.half_way, 120, "a burst half way")
+        if running is not None:
+            check(running[1].wait(), reference)
+            spans.append((running[0], time.monotonic()))
+        running = (start, burst)
+    check(running[1].wait(), reference)
+    spans.append((running[0], time.monotonic()))
     drained = watch.stop()
     assert len(drained) == 1, drained
     ((held, at),) = drained.values()
-    # The new replica ready, the traffic shifts and the old one drains in one tick, a burst under way on it.
+    # The new replica ready, the traffic shifts and the old one drains in one tick, streams under way on it.
     assert held >= 1 and any(start < at < end for start, end in spans), (spans, drained)
     print(f"rollout: {len(spans)} bursts, the old replica held {held} streams when it drained; "
           f"{resumes(gw) - before:g} resumed, all identical")  # fmt: skip
