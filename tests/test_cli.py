@@ -162,3 +162,15 @@ def test_generate_runs_the_recipe_tandem_serve_serves_by_default(tiny_llama_dir)
     default = CliRunner().invoke(cli, args)
     named = CliRunner().invoke(cli, [*args, "--recipe", DEFAULT_RECIPE])
     assert default.exit_code == named.exit_code == 0 and default.output == named.output
+
+
+def test_serve_max_resumes_reaches_the_gateway_settings(monkeypatch, tmp_path):
+    import tandem.gateway.cli
+
+    seen = []
+    monkeypatch.setattr(tandem.gateway.cli, "serve_gateway", lambda settings: seen.append(settings) or 0)
+    result = CliRunner().invoke(cli, ["serve", "--deployment", str(tmp_path / "d.yaml"), "--max-resumes", "5"])
+    assert result.exit_code == 0, result.output
+    assert seen[0].max_resumes == 5
+    bad = CliRunner().invoke(cli, ["serve", "--deployment", str(tmp_path / "d.yaml"), "--max-resumes", "-1"])
+    assert bad.exit_code == 2 and "--max-resumes" in bad.output

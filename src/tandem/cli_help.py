@@ -66,8 +66,12 @@ SERVE_GROUPS: tuple[tuple[str, frozenset[str]], ...] = (
                 "ray_address",
                 "first_byte_timeout",
                 "stream_idle_timeout",
+                "max_resumes",
                 "shadow",
                 "shadow_fraction",
+                "tenants",
+                "usage_db",
+                "node_memory_gb",
                 "print_deployment_schema",
             }
         ),  # fmt: skip

@@ -124,3 +124,11 @@ def test_a_backend_or_a_ray_address_alone_makes_a_gateway():
     assert config.gateway_mode and config.ray_address == "10.0.0.1:6379"
     with pytest.raises(ConfigError, match="--backend"):
         load_settings(flags={"backend": "kubernetes"})
+
+
+def test_the_resume_bound_comes_from_a_flag_a_variable_or_the_file(tmp_path):
+    assert load_settings().max_resumes == 2
+    assert load_settings(environ={"TANDEM_MAX_RESUMES": "0"}).max_resumes == 0  # 0: never resume
+    assert load_settings(flags={"max_resumes": 5}).max_resumes == 5
+    with pytest.raises(ConfigError, match="max-resumes"):
+        load_settings(flags={"max_resumes": -1})

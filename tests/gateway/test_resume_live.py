@@ -6,21 +6,27 @@ step takes DELAY_MS, so streams are under way when the fault comes; armed, it fa
 pass after its 5th) and one of the fallback `safe` (baseline). Each test sends 16 greedy streaming
 completions and 8 greedy streaming chats with long answers at once, and when each has sent some of
 its answer: SIGKILLs the primary replica serving most of them / SIGSTOPs it (liveness deadlines) /
-arms the fault. Every client's stream ends with one `data: [DONE]` and no error event, its text is
-the text of the same request in an uninterrupted burst, and usage counts the whole answer.
+arms the fault; the primary is scaled down to one replica, its busiest drained (the drain's deadline
+cuts its streams, which resume on the other); `POST /admin/use` rolls it over to another recipe (the
+old replica drains and finishes its streams). Every client's stream ends with one `data: [DONE]` and
+no error event, its text is the text of the same request in an uninterrupted burst, and usage counts
+the whole answer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import threading
+import time
 
 import httpx
 import pytest
 from metrics_text import parse, total
 
+from tandem.cluster.backend import ReplicaState
 from tandem.schedule.breaker import BreakerMode
 
 from .harness import MODEL_NAME, REPLICA_ARGS, RunningGateway, wait_for
@@ -30,7 +36,9 @@ pytestmark = pytest.mark.slow
 TOKENS = 120
 DELAY_MS = 20
 COMPLETIONS, CHATS = 16, 8
-ARGS = [*REPLICA_ARGS, "--max-num-seqs", "32"]  # the later flag wins: a replica can take the whole burst
+# The later flag wins: a replica can take the whole burst. A replica told to stop (SIGTERM) gives its
+# streams 0.5 s, then ends them with its farewell (503 shutting_down) event: a drain's deadline.
+ARGS = [*REPLICA_ARGS, "--max-num-seqs", "32", "--shutdown-timeout", "0.5"]
 
 
 def _bodies() -> list[tuple[str, dict]]:
@@ -82,6 +90,9 @@ class Burst:
 
     def under_way(self, least: int) -> bool:
         return min(self.events) >= least
+
+    def half_way(self) -> bool:
+        return self.under_way(TOKENS // 2) or None not in self.results
 
     def wait(self) -> list[dict]:
         for thread in self.threads:
@@ -195,4 +206,84 @@ def test_a_fault_a_few_steps_in_resumes_on_the_fallback_and_opens_the_breaker(fl
     print(f"faulty kernel: {resumes(gw, 'server_error'):g} streams resumed after an error event, all identical")
     assert resumes(gw, "server_error") >= 1
     assert gw.gw.dispatcher.breakers.mode("fast") is BreakerMode.OPEN
+    gw.settled()
+
+
+class DrainWatch:
+    """Each replica of `variant` seen draining: how many streams it held then, and when."""
+
+    def __init__(self, gw: RunningGateway, variant: str) -> None:
+        self.gw, self.variant, self.seen = gw, variant, {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.02):
+            for r in self.gw.backend.list():
+                if r.variant == self.variant and r.state is ReplicaState.DRAINING and r.replica_id not in self.seen:
+                    self.seen[r.replica_id] = (self.gw.gw.fleet.inflight.running.get(r.replica_id, 0), time.monotonic())
+
+    def stop(self) -> dict[str, tuple[int, float]]:
+        self.done.set()
+        self.thread.join(5)
+        return self.seen
+
+
+def test_a_scale_down_cuts_no_stream_its_drain_deadline_resumes_them(fleet):
+    gw, reference, _ = fleet
+    gw.wait_ready("fast", count=2, timeout=180)
+    gw.gw.dispatcher.breakers.states.clear()  # the fault opened it: closed again for this test
+    controller = gw.gw.fleet.controller
+    with controller._lock:  # a drain's deadline at once: the victim is told to stop the next tick (0.5 s)
+        controller.config = dataclasses.replace(controller.config, drain_timeout_s=0.0)
+    before = resumes(gw, "unavailable")
+    burst = Burst(gw.url)
+    wait_for(lambda: burst.under_way(3), 120, "every stream under way")
+    busy = _busiest(gw)
+    held = gw.gw.fleet.inflight.running.get(busy, 0)
+    with controller._lock:  # the operator scales the primary down to one replica and drains the busiest
+        pool = controller.pools["fast"]
+        limits = dataclasses.replace(pool.limits, min_replicas=1, max_replicas=1)
+        controller.pools["fast"] = dataclasses.replace(pool, limits=limits)
+        gw.backend.drain(busy)  # as the autoscaler's scale-down does (Controller._remove)
+    check(burst.wait(), reference)
+    cut = resumes(gw, "unavailable") - before
+    print(f"scale-down: the drained replica held {held} streams; {cut:g} resumed after its deadline, all identical")
+    assert held >= 1 and cut >= 1  # its streams ran past the deadline: the farewell event resumed them
+    wait_for(lambda: sum(r.variant == "fast" and r.live for r in gw.backend.list()) == 1, 60, "one fast replica")
+    gw.settled()
+
+
+def test_a_rollout_under_streaming_load_cuts_no_stream(fleet):
+    gw, reference, _ = fleet
+    gw.wait_ready("fast", count=1, timeout=180)
+    gw.gw.dispatcher.breakers.states.clear()
+    controller = gw.gw.fleet.controller
+    with controller._lock:  # draining replicas get all the time they need to finish their streams
+        controller.config = dataclasses.replace(controller.config, drain_timeout_s=120.0)
+    before = resumes(gw)
+    watch = DrainWatch(gw, "fast")
+    recipe = f"flaky-steps(delay_ms={DELAY_MS},fail_after=6)"  # another recipe, the same (greedy) text
+    accepted = httpx.post(gw.url + "/admin/use", json={"recipe": recipe}, timeout=30)
+    assert accepted.status_code == 202, accepted.text
+    spans, deadline, running = [], time.monotonic() + 300, None
+    while not watch.seen or controller.primary == "fast":  # streaming load until rolled over: each burst
+        assert time.monotonic() < deadline, f"the rollout did not finish: {httpx.get(gw.url + '/admin/rollout').text}"
+        start, burst = time.monotonic(), Burst(gw.url)  # starts while the one before is still half under way
+        wait_for(burst.half_way, 120, "a burst half way")
+        if running is not None:
+            check(running[1].wait(), reference)
+            spans.append((running[0], time.monotonic()))
+        running = (start, burst)
+    check(running[1].wait(), reference)
+    spans.append((running[0], time.monotonic()))
+    drained = watch.stop()
+    assert len(drained) == 1, drained
+    ((held, at),) = drained.values()
+    # The new replica ready, the traffic shifts and the old one drains in one tick, streams under way on it.
+    assert held >= 1 and any(start < at < end for start, end in spans), (spans, drained)
+    print(f"rollout: {len(spans)} bursts, the old replica held {held} streams when it drained; "
+          f"{resumes(gw) - before:g} resumed, all identical")  # fmt: skip
+    wait_for(lambda: not any(r.variant == "fast" and r.live for r in gw.backend.list()), 60, "the old replica gone")
     gw.settled()

@@ -18,10 +18,12 @@ def test_the_gateway_is_made_of_named_pieces_sharing_one_backend_and_clock():
     gw = build_gateway(
         parse_deployment({"variants": VARIANTS, "policy": {"name": "hpa"}}), backend, clock=lambda: 5.0,
         first_byte_timeout_s=3.0, stream_idle_timeout_s=4.0, fleet_secret="s" * 32, buffer_timeout_s=7.0,
+        max_resumes=5,
     )  # fmt: skip
     assert gw.fleet.backend is backend and gw.dispatcher.backend is backend
     assert gw.fleet.controller.primary == "a" and set(gw.fleet.variants) == {"a", "b"}
     assert (gw.upstream.first_byte_timeout_s, gw.upstream.stream_idle_timeout_s) == (3.0, 4.0)
+    assert gw.upstream.max_resumes == 5  # --max-resumes (tandem.gateway.cli)
     assert gw.upstream.fleet_secret == "s" * 32 and gw.upstream.client is None  # opened on the event loop
     assert gw.buffer_timeout_s == 7.0 and gw.clock() == 5.0
     assert gw.shadow is None and gw.observer is NO_OBSERVER  # nothing observes requests without a gate

@@ -136,6 +136,7 @@ class Settings(BaseModel):
     queue_timeout: float = Field(60.0, gt=0)  # how long a request waits at the gateway for a replica
     first_byte_timeout: float = Field(30.0, gt=0)  # a stream's first byte (see tandem.gateway.liveness)
     stream_idle_timeout: float = Field(30.0, gt=0)  # the longest pause between a stream's chunks
+    max_resumes: int = Field(2, ge=0)  # a stream that breaks mid-way is resumed elsewhere at most this often
     backend: Literal["local", "ray"] | None = None  # where replicas run (default: the file's, else local)
     ray_address: str | None = Field(None, min_length=1)  # implies the ray backend; default: as ray.init finds one
     shadow: str | None = Field(None, min_length=1)  # a candidate recipe on shadow traffic, judged by the gate

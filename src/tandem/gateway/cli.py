@@ -49,6 +49,7 @@ def serve_gateway(settings: Settings) -> int:
         shutdown_timeout_s=settings.shutdown_timeout,
         first_byte_timeout_s=settings.first_byte_timeout,
         stream_idle_timeout_s=settings.stream_idle_timeout,
+        max_resumes=settings.max_resumes,
         fleet_secret=secret,
         gate_log_dir=log_dir,
     )

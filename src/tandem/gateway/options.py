@@ -83,6 +83,14 @@ _OPTIONS = [
         "[default: 30]",
     ),
     click.option(
+        "--max-resumes",
+        type=click.IntRange(min=0),
+        default=None,
+        help="Gateway: how often one stream that breaks mid-way (its replica died, froze or failed, a drain's "
+        "deadline) is resumed on another replica or the fallback; past it the stream ends with an error event; "
+        "0: never resume.  [default: 2]",
+    ),
+    click.option(
         "--shadow",
         default=None,
         metavar="RECIPE",

@@ -42,11 +42,11 @@ from tandem.edge.errors import APIError
 from tandem.edge.errors import error_response as api_error_response
 from tandem.edge.streams import ClientDisconnected, until_disconnect
 from tandem.gateway.kv_feed import kv_route
-from tandem.gateway.liveness import Probe, RequestTimeout, Unresponsive
+from tandem.gateway.liveness import RequestTimeout, Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
 from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
 from tandem.gateway.relay import Relay, RelayResponse, failure_kind
-from tandem.gateway.resumer import TOKEN_IDS_HEADER, Resumer
+from tandem.gateway.resumer import TOKEN_IDS_HEADER, Resumer, health_probe
 from tandem.gateway.tenant_app import fair_acquire
 from tandem.gateway.upstream import Started
 from tandem.gateway.wiring import Gateway
@@ -198,7 +198,7 @@ async def _serve(
         content = b""
         seen.attempt(target.url, stream, gw.clock())
         sent = {**headers, **seen.headers()}
-        probe = _health_probe(gw, target)
+        probe = health_probe(gw, target)
         try:
             if stream:
                 upstream, started = await gw.upstream.start_stream(
@@ -273,14 +273,6 @@ async def _serve(
             return Response(content, status_code=upstream.status_code, headers=_headers(upstream))
         message = decision.message if isinstance(decision, Fail | ErrorEvent) else "the request failed"
         return error_response(decision.status if isinstance(decision, Fail) else 503, message, "upstream_failed")
-
-
-def _health_probe(gw: Gateway, target: Target) -> Probe:
-    """Whether `target`'s replica answers its health check (an external engine: its readiness path):
-    asked when one of its requests is late."""
-    known = gw.fleet.variants.get(target.variant)
-    path = known.engine.ready_path if known is not None and known.engine is not None else "/health"
-    return lambda: gw.upstream.answers_health(target.url + path)
 
 
 async def proxy_get(gw: Gateway, path: str, request: Request) -> Response:

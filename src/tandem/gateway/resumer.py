@@ -40,7 +40,8 @@ def failure_kind(exc: BaseException) -> FailureKind:
 
 
 def health_probe(gw: Gateway, target: Target) -> Probe:
-    """Whether `target`'s replica answers its health check (an external engine: its readiness path)."""
+    """Whether `target`'s replica answers its health check (an external engine: its readiness path):
+    asked when one of its requests is late (the proxy's first try and every continuation)."""
     known = gw.fleet.variants.get(target.variant)
     path = known.engine.ready_path if known is not None and known.engine is not None else "/health"
     return lambda: gw.upstream.answers_health(target.url + path)
