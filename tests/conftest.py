@@ -22,7 +22,7 @@ LONGEST_FIRST = (
     "serve/test_fuzz.py", "gateway/test_schema_fuzz.py", "gateway/test_external_variants.py",
     "gateway/test_fleet_live.py", "gateway/test_fleet_payoff.py", "gateway/test_tenants_live.py",
     "gateway/test_kv_routing_live.py",
-    "gateway/test_resume_live.py", "serve/test_continuation.py",
+    "gateway/test_resume_live.py",
 )  # fmt: skip
 
 
