@@ -182,9 +182,10 @@ def serve(config_file: str | None, **flags) -> None:
     from tandem.serve.preflight import preflight
 
     preflight(config)
+    from tandem.serve.quick_exit import exit_now
     from tandem.serve.server import run_server
 
-    sys.exit(run_server(config))
+    exit_now(run_server(config))
 
 
 @cli.command("profile")
