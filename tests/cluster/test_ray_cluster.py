@@ -323,20 +323,20 @@ def test_use_rolls_over_to_another_recipe_on_ray_under_load_with_no_failed_reque
         load = Load(gw.url, workers=4, stream=lambda n: n % 2 == 0, max_tokens=24)
         try:
             wait_for(lambda: load.outcomes.ok >= 4, 60, "the load to get going")
-            accepted = httpx.post(gw.url + "/admin/use", json={"recipe": "bf16"}, timeout=30)
+            accepted = httpx.post(gw.url + "/admin/use", json={"recipe": "int8"}, timeout=30)
             assert accepted.status_code == 202, accepted.text
 
             def phase() -> str:
                 return httpx.get(gw.url + "/admin/rollout", timeout=10).json()["rollout"]["phase"]
 
             wait_for(lambda: phase() == Phase.DONE, 180, "the rollout to finish")
-            wait_for(lambda: {r.variant for r in gw.backend.list()} == {"bf16"}, 60, "the old variant to drain")
+            wait_for(lambda: {r.variant for r in gw.backend.list()} == {"int8"}, 60, "the old variant to drain")
             served = load.outcomes.ok
             wait_for(lambda: load.outcomes.ok >= served + 4, 60, "requests on the new variant")
         finally:
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
-        assert gw.gw.fleet.controller.primary == "bf16" and gw.errors() == 0
+        assert gw.gw.fleet.controller.primary == "int8" and gw.errors() == 0
         (new,) = gw.backend.list()
         assert new.spec.memory_bytes == GiB and new.node  # the primary's resources came along, on a Ray node
         assert all(r.exit_code == 0 for r in gw.backend.exited if r.variant == "fast")

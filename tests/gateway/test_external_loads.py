@@ -35,7 +35,9 @@ class Revived:
 
 def poll(replicas: list[Replica], handler) -> SimpleNamespace:
     gw = SimpleNamespace(
-        fleet=SimpleNamespace(backend=SimpleNamespace(list=lambda: replicas), inflight=InFlight(clock=lambda: 0.0)),
+        fleet=SimpleNamespace(
+            backend=SimpleNamespace(list=lambda: replicas), inflight=InFlight(clock=lambda: 0.0), kv=None
+        ),
         upstream=SimpleNamespace(liveness=Revived(), load_timeout_s=1.0, client=None),
     )  # fmt: skip
 

@@ -150,23 +150,23 @@ def test_a_rollout_under_load_fails_no_request(serve_model_dir, tmp_path):
         load = Load(gw.url, workers=4, stream=lambda n: n % 2 == 0, max_tokens=24, headers=auth)
         try:
             wait_for(lambda: load.outcomes.ok >= 4, 60, "the load to get going")
-            accepted = httpx.post(gw.url + "/admin/use", json={"recipe": "bf16"}, headers=auth, timeout=30)
+            accepted = httpx.post(gw.url + "/admin/use", json={"recipe": "int8"}, headers=auth, timeout=30)
             assert accepted.status_code == 202, accepted.text
-            assert accepted.json()["rollout"]["new"] == "bf16"
+            assert accepted.json()["rollout"]["new"] == "int8"
 
             def phase() -> str:
                 return httpx.get(gw.url + "/admin/rollout", headers=auth, timeout=10).json()["rollout"]["phase"]
 
             wait_for(lambda: phase() == Phase.DONE, 120, "the rollout to finish")
-            wait_for(lambda: {r.variant for r in gw.backend.list()} == {"bf16"}, 60, "the old variant to drain")
+            wait_for(lambda: {r.variant for r in gw.backend.list()} == {"int8"}, 60, "the old variant to drain")
             served = load.outcomes.ok
             wait_for(lambda: load.outcomes.ok >= served + 4, 60, "requests on the new variant")
         finally:
             outcomes = load.stop()
         assert outcomes.failures == [] and outcomes.broken_mid_stream == []
-        assert gw.gw.fleet.controller.primary == "bf16" and gw.errors() == 0
+        assert gw.gw.fleet.controller.primary == "int8" and gw.errors() == 0
         replicas = httpx.get(gw.url + "/admin/replicas", headers=auth, timeout=10).json()["replicas"]
-        assert {(r["variant"], r["recipe"], r["state"]) for r in replicas} == {("bf16", "bf16", "ready")}
+        assert {(r["variant"], r["recipe"], r["state"]) for r in replicas} == {("int8", "int8", "ready")}
         gw.settled()
         assert all(r.exit_code == 0 for r in gw.backend.exited if r.variant == "fast")
         assert httpx.get(gw.url + "/ready", timeout=10).status_code == 200

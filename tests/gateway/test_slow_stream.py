@@ -1,11 +1,14 @@
 """One slow stream does not take a healthy replica down (a real gateway in front of a real replica).
 
-A stream whose first chunk is legitimately late (a stop string longer than the whole answer holds
-every character back until the end) passes the gateway's first-byte timeout while four neighbours
-stream on the same replica: it alone gets 504 `first_byte_timeout`; the neighbours finish with
-`data: [DONE]` and no error event; the replica is not declared unresponsive and the breaker stays
-closed. The timeout is set from the held stream's own first-byte time measured in this test (half of
-it), so a loaded machine changes both alike. The replica's every step takes at least DELAY_MS (the
+A stream whose first chunk is legitimately late for its client (a stop string longer than the whole
+answer holds every character back until the end) runs past the gateway's first-byte timeout (set
+below the client's first-byte time) while four neighbours stream on the same replica. The replica
+tells the gateway each generated token's ids as it goes (SSE comments the gateway asks for, to
+resume streams: tandem.edge.resume_wire), so the gateway sees it working: the held stream is not
+cut but answered whole (200, one [DONE]); the neighbours finish with `data: [DONE]` and no error
+event; the replica is not declared unresponsive and the breaker stays closed. The timeout is set
+from the held stream's own first-byte time measured in this test (half of it), so a loaded machine
+changes both alike. The replica's every step takes at least DELAY_MS (the
 gate's `slow-steps` test optimizer), so the held stream (as many tokens as the longest stop string a
 replica takes can hold back) is late by seconds while a neighbour's first byte needs a step or two.
 """
@@ -54,7 +57,7 @@ def stream(client: httpx.Client, body: dict) -> tuple[int, str, float | None, fl
     return r.status_code, text, first, time.monotonic() - started
 
 
-def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_finish(
+def test_a_held_stream_past_the_first_byte_timeout_is_served_whole_while_four_neighbours_finish(
     serve_model_dir, tmp_path, plugins, monkeypatch
 ):
     monkeypatch.setenv("PYTHONPATH", str(plugins))  # the replica finds `slow-steps` by its entry point
@@ -99,18 +102,19 @@ def test_a_late_first_byte_times_out_alone_while_four_neighbours_on_the_replica_
         for thread in threads:
             thread.join(300)
         status, text, _, seconds = results["slow"]
-        assert status == 504 and '"first_byte_timeout"' in text, text[:400]
+        # Held back for its client, yet the replica's token ids showed progress: answered whole, not cut.
+        assert status == 200 and text.endswith("data: [DONE]\n\n") and '"error"' not in text, text[-400:]
         for i in range(NEIGHBOURS):
             n_status, n_text, _, n_seconds = results[f"n{i}"]
             assert n_status == 200 and n_text.endswith("data: [DONE]\n\n") and '"error"' not in n_text, n_text[-400:]
-        assert any(results[f"n{i}"][3] > seconds for i in range(NEIGHBOURS))  # some still streamed at the timeout
+        assert seconds > first / 2  # it did run past the first-byte timeout
         assert gw.gw.upstream.liveness.unresponsive == {}
         text = gw.metrics()
         assert metric(text, "tandem:breaker_state", variant="fast") == 0
         assert metric(text, "tandem:gateway_stream_errors_total", variant="fast") == 0
         gw.settled()
         print(
-            f"held stream: first byte {first:.1f} s alone, timeout {first / 2:.1f} s, 504 after {seconds:.1f} s; "
+            f"held stream: first byte {first:.1f} s alone, timeout {first / 2:.1f} s, served whole in {seconds:.1f} s; "
             f"neighbours {sorted(round(results[f'n{i}'][3], 1) for i in range(NEIGHBOURS))} s, all complete"
         )
     finally:

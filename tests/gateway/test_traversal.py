@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 
 import httpx
 import pytest
@@ -87,8 +88,12 @@ def gateway(serve_model_dir, tmp_path_factory):
     transport = Recording()
     raw = {"model": str(serve_model_dir), "threads": 1, "variants": [variant("fast")], "policy": {"name": "hpa"}}
     gw = RunningGateway(raw, tmp_path_factory.mktemp("traversal") / "logs", transport=transport, api_key=KEY)
+    gw.gw.replica_metrics = None  # the gateway's own scrape of GET /metrics would look like a forwarded one
     try:
         gw.wait_ready("fast")
+        time.sleep(0.5)  # a scrape begun before it was turned off has landed
+        with transport.lock:
+            transport.sent.clear()
         yield gw, transport
     finally:
         gw.stop()

@@ -20,7 +20,7 @@ def test_load_reports_what_runs_and_waits_and_the_kv_in_use(server):
     idle = _load(server)
     assert idle == {
         "replica_id": f"127.0.0.1:{server.port}", "region": "local", "variant": "baseline",
-        "running": 0, "waiting": 0, "kv_used": 0.0, "healthy": True, "source": "tandem",
+        "running": 0, "waiting": 0, "kv_used": 0.0, "healthy": True, "source": "tandem", "prefill_tokens": 0,
         "block_size": 16, "hash_seed": 0,
     }  # fmt: skip
     stop = threading.Event()

@@ -100,6 +100,10 @@ class AsyncEngine:
     def num_waiting(self) -> int:
         return self.engine.num_waiting + self._commands.qsize()
 
+    @property
+    def prefill_tokens(self) -> int:
+        return self.engine.prefill_tokens
+
     def shutdown(self, timeout: float = 10.0) -> None:
         self._stopped.set()
         self._commands.put(("wake",))

@@ -258,6 +258,15 @@ class Engine:
         return len(self.batcher.waiting)
 
     @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens admitted or waiting that are not prefilled yet (GET /load's `prefill_tokens`).
+        Read from another thread: a snapshot of the lists, approximate by a step at most."""
+        running = [s for s in list(self.batcher.running) if s.in_prefill]
+        waiting = list(self.batcher.waiting)
+        left = sum(max(0, len(s.prompt_ids) - s.num_computed) for s in running)
+        return left + sum(len(s.prompt_ids) for s in waiting)
+
+    @property
     def kv_used(self) -> float:
         """The fraction of the KV cache's blocks held by running sequences (a shared block counts
         once; cached blocks nobody holds are free); GET /load reports it."""

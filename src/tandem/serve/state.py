@@ -50,6 +50,7 @@ class ServerState:
             waiting=served.async_engine.num_waiting if served is not None else 0,
             kv_used=engine.kv_used if engine is not None else 0.0,
             healthy=self.ready,
+            prefill_tokens=served.async_engine.prefill_tokens if served is not None else 0,
         )
 
     def kv_scheme(self) -> dict[str, int | None]:
