@@ -18,11 +18,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from tandem.engine.batcher import Batcher, StepPlan
+from tandem.engine.config import EngineConfig, kv_dtype_named
 from tandem.engine.errors import PromptTooLongError, RequestError
 from tandem.engine.grammar import GrammarCompiler
 from tandem.engine.grammar_drafts import with_forced_tokens
@@ -35,43 +36,13 @@ from tandem.engine.processors import LogitsRow, process_logits
 from tandem.engine.sampler import logprob_entries, new_generator, sample
 from tandem.engine.sampling_params import GrammarSpec, SamplingParams
 from tandem.engine.sequence import Sequence
-from tandem.engine.speculation import Proposal, StepFeedback, verify
+from tandem.engine.speculation import Proposal, StepFeedback, draft, verify
 from tandem.engine.step_batch import StepBatch
 from tandem.model.loader import Model
 from tandem.model.tokenizer import IncrementalDetokenizer
 from tandem.optimize.types import OptimizedModel
 
 __all__ = ["Engine", "EngineConfig", "RequestError", "PromptTooLongError"]
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    max_model_len: int | None = None  # context limit per sequence; default min(model's, 2048)
-    kv_cache_tokens: int = 32768  # KV memory budget in tokens, preallocated as blocks of prefix_block_size
-    max_num_seqs: int = 64  # upper bound on concurrently running sequences
-    max_prefill_tokens: int = 512  # prompt tokens prefilled per step, so long prompts don't stall decode
-    num_threads: int | None = None  # torch threads for this engine; default all cores
-    enable_prefix_caching: bool = True  # share the KV blocks of identical prompt prefixes (tandem.engine.kv_blocks)
-    prefix_block_size: int = 16  # tokens per KV block: prefixes are matched and shared in whole blocks
-    kv_hash_seed: int = 0  # the seed of the blocks' hash chain (tandem.contracts.kv_block_hash), in GET /load
-    # The most of the running slots one request's sequences (its choices) hold while others wait for one
-    # (tandem.engine.batcher); sequences without a request group are not limited.
-    max_request_share: float = 0.25
-
-    def resolve_max_len(self, model_max: int) -> int:
-        limit = self.max_model_len or min(model_max, 2048)
-        if limit > model_max:
-            raise ValueError(f"max_model_len {limit} exceeds the model's max_position_embeddings {model_max}")
-        return limit
-
-
-def _kv_dtype(name: str | None) -> torch.dtype | None:
-    if name is None:
-        return None
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"kv_cache_dtype {name!r} is not a torch floating-point dtype")
-    return dtype
 
 
 class Engine:
@@ -103,7 +74,7 @@ class Engine:
         # layer's admission and a draft model's per-slot cache keep their bounds); the blocks they
         # hold are what they use, and cached prefixes live in every block no sequence holds.
         num_slots = min(config.max_num_seqs, config.kv_cache_tokens // self.max_model_len)
-        kv_dtype = _kv_dtype(optimized.kv_cache_dtype)
+        kv_dtype = kv_dtype_named(optimized.kv_cache_dtype)
         self.runner = ModelRunner(model.module, num_blocks, block_size, self.max_model_len, kv_dtype)
         # Every block the cache stores or evicts, numbered (GET /kv/events); numbers start at the
         # wall-clock microseconds, so a reader's position from before a restart reads as a reset.
@@ -326,31 +297,10 @@ class Engine:
         # Each row writes k + 1 positions from its last token: stay inside the slot, and draft no more
         # than the request can still emit (a step emits up to k + 1 tokens).
         room = [max(0, min(self.max_model_len - s.length, s.params.max_tokens - len(s.output_ids) - 1)) for s in decode]
-        proposals = self._speculate(decode, num_prefill_tokens, room)
+        proposals = draft(self.speculator, decode, num_prefill_tokens, room)
         if self.forced_drafts and any(s.grammar is not None for s in decode):
             proposals, forced = with_forced_tokens(decode, proposals, room)  # tandem.engine.grammar_drafts
             self.num_forced_tokens += forced
-        return proposals
-
-    def _speculate(self, decode: list[Sequence], num_prefill_tokens: int, room: list[int]) -> list[Proposal | None]:
-        proposals: list[Proposal | None] = [None] * len(decode)
-        spec = self.speculator
-        if not decode or spec is None:
-            return proposals
-        lengths = spec.draft_lengths(decode, num_prefill_tokens)
-        lengths = [min(k, r) for k, r in zip(lengths, room, strict=True)]
-        rows = [i for i, k in enumerate(lengths) if k > 0]
-        if rows:
-            drafted = spec.propose([decode[i] for i in rows], [lengths[i] for i in rows])
-            for i, proposal in zip(rows, drafted, strict=True):
-                grammar = decode[i].grammar
-                if grammar is not None and proposal.tokens:
-                    # Drafts past the first token the grammar forbids would be rejected anyway: not
-                    # verified at all (an n-gram lookup knows nothing of the grammar).
-                    keep = grammar.valid_prefix(proposal.tokens)
-                    probs = proposal.probs[:keep] if proposal.probs is not None else None
-                    proposal = Proposal(proposal.tokens[:keep], probs)
-                proposals[i] = proposal if proposal.tokens else None
         return proposals
 
     # 2. run

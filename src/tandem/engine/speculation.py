@@ -28,7 +28,7 @@ from tandem.engine.outputs import TokenLogprob
 from tandem.engine.sampler import _logprob_entry, filtered_probs
 from tandem.engine.sequence import Sequence
 
-__all__ = ["Speculator", "Proposal", "StepFeedback", "verify"]
+__all__ = ["Speculator", "Proposal", "StepFeedback", "draft", "verify"]
 
 
 @dataclass
@@ -122,3 +122,28 @@ def verify(
             logprobs = [_logprob_entry(lp[j], t, params.logprobs) for j, t in enumerate(tokens)]
         results.append((tokens, logprobs))
     return results
+
+
+def draft(
+    spec: Speculator | None, decode: list[Sequence], num_prefill_tokens: int, room: list[int]
+) -> list[Proposal | None]:
+    """The step's drafts: for the decoding rows `spec` picks, at most `room[i]` tokens each (None: the
+    row decodes plainly); a constrained row's draft is cut at the first token its grammar forbids."""
+    proposals: list[Proposal | None] = [None] * len(decode)
+    if not decode or spec is None:
+        return proposals
+    lengths = spec.draft_lengths(decode, num_prefill_tokens)
+    lengths = [min(k, r) for k, r in zip(lengths, room, strict=True)]
+    rows = [i for i, k in enumerate(lengths) if k > 0]
+    if rows:
+        drafted = spec.propose([decode[i] for i in rows], [lengths[i] for i in rows])
+        for i, proposal in zip(rows, drafted, strict=True):
+            grammar = decode[i].grammar
+            if grammar is not None and proposal.tokens:
+                # Drafts past the first token the grammar forbids would be rejected anyway: not
+                # verified at all (an n-gram lookup knows nothing of the grammar).
+                keep = grammar.valid_prefix(proposal.tokens)
+                probs = proposal.probs[:keep] if proposal.probs is not None else None
+                proposal = Proposal(proposal.tokens[:keep], probs)
+            proposals[i] = proposal if proposal.tokens else None
+    return proposals
