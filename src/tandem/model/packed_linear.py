@@ -12,13 +12,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["PackedLinear", "pack_linears", "packing_available", "SMALL_WEIGHT_BYTES"]
+__all__ = ["PackedLinear", "pack_linears", "packing_available", "packs", "SMALL_WEIGHT_BYTES"]
 
 SMALL_WEIGHT_BYTES = 2 << 20
 
 
 def packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def packs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN can pack weights of this dtype here. Its bf16 kernels need AVX-512 (BW, VL,
+    DQ) or AVX-NE-CONVERT: on an AVX2-only CPU a bf16 Linear stays torch's own (slower, same math)
+    instead of failing to start."""
+    if dtype == torch.float32:
+        return True
+    return dtype == torch.bfloat16 and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 class PackedLinear(nn.Module):
@@ -72,7 +81,7 @@ def pack_linears(module: nn.Module) -> int:
     count = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and child.weight.dtype in (torch.float32, torch.bfloat16):
+            if type(child) is nn.Linear and packs(child.weight.dtype):
                 setattr(parent, name, PackedLinear(child))
                 count += 1
     return count
