@@ -45,9 +45,15 @@ def test_layer_matches_the_dequantized_matmul(rows):
     x = torch.randn(rows, 256, generator=gen)
     expected = x @ w.t() + linear.bias.detach()
     got = layer(x)
-    # The kernel quantizes activations to 8 bits per row: about 1/254 of a row's range per value.
-    assert (got - expected).abs().max() <= 0.02 * expected.abs().max()
-    assert torch.equal(layer(x[:1]), got[:1])  # a row's output does not depend on the batch
+    if layer.kernel:
+        # The kernel quantizes activations to 8 bits per row: about 1/254 of a row's range per value.
+        assert (got - expected).abs().max() <= 0.02 * expected.abs().max()
+        assert torch.equal(layer(x[:1]), got[:1])  # a row's output does not depend on the batch
+    else:
+        # No VNNI kernel on this CPU: the torch path multiplies float activations by the same
+        # dequantized weights (W4A16), so only the float summation order differs.
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(layer(x[:1]), got[:1], atol=1e-5, rtol=1e-5)
 
 
 def test_recipe_parameters_are_checked(tiny_llama_dir):
