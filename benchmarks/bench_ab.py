@@ -6,12 +6,13 @@ best of --rounds), on the 134M benchmark Llama (benchmarks/common.py), fp32:
 - decode: batch 1/8/32, a 32-token prompt each, --new-tokens greedy tokens;
 - long prompt: one 1536-token prompt prefilled in chunks of 512, then 16 tokens (decode steps
   reading 1536+ keys).
+`--recipes` runs every case under each recipe (default baseline; e.g. baseline,int8+kv-bf16).
 Reported: the fastest decode step of each side (the least disturbed by other load: the engine's
 own cost) and the time to first token, best of the rounds; absolute times on a shared machine are
 noise, the B/A ratios measured side by side are the result.
 
     git archive main src | tar -x -C /tmp/a
-    python benchmarks/bench_ab.py --a /tmp/a/src --b src [--rounds 3] [--new-tokens 64]
+    python benchmarks/bench_ab.py --a /tmp/a/src --b src [--rounds 3] [--new-tokens 64] [--recipes baseline,int8]
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import json, sys, time
 import torch
 from tandem.engine import Engine, EngineConfig, SamplingParams
 from tandem.model import load_model
+from tandem.optimize import apply_recipe
 
-path, kind, batch, new_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-model = load_model(path)
-vocab = model.config.vocab_size
+path, kind, batch, new_tokens, recipe = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+optimized = apply_recipe(load_model(path), recipe)
+vocab = optimized.model.config.vocab_size
 g = torch.Generator().manual_seed(batch)
 if kind == "decode":
     prompt_len, max_len = 32, 32 + new_tokens + 1
@@ -42,10 +44,10 @@ if kind == "decode":
 else:
     prompt_len, max_len = 1536, 2048
     config = EngineConfig(max_model_len=max_len, kv_cache_tokens=max_len, max_num_seqs=1, max_prefill_tokens=512)
-engine = Engine(model, config)
+engine = Engine(optimized, config)
 prompts = torch.randint(2, vocab, (batch, prompt_len), generator=g).tolist()
 engine.generate([p[:40] for p in prompts], SamplingParams.greedy_params(4, ignore_eos=True))  # warm up
-engine = Engine(model, config)  # a fresh cache: nothing of the warm-up is reused
+engine = Engine(optimized, config)  # a fresh cache: nothing of the warm-up is reused
 for i, p in enumerate(prompts):
     engine.add_request(p, SamplingParams.greedy_params(new_tokens, ignore_eos=True), str(i))
 t0 = time.perf_counter()
@@ -67,12 +69,12 @@ print(json.dumps({"tokens_per_s": tokens / (end - t0), "ttft_s": first - t0,
 """
 
 
-def run(src: Path, model: Path, kind: str, batch: int, new_tokens: int, threads: int | None) -> dict:
+def run(src: Path, model: Path, kind: str, batch: int, new_tokens: int, threads: int | None, recipe: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src.resolve())}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     out = subprocess.run(
-        [sys.executable, "-c", WORKER, str(model), kind, str(batch), str(new_tokens)],
+        [sys.executable, "-c", WORKER, str(model), kind, str(batch), str(new_tokens), recipe],
         env=env,
         capture_output=True,
         text=True,
@@ -89,28 +91,30 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--recipes", default="baseline", help="comma-separated recipes, each case under each")
     parser.add_argument("--record", default=None, help="record the results as benchmarks/results/NAME.json")
     args = parser.parse_args()
     model = build_bench_model(Path(tempfile.gettempdir()) / "tandem-bench-134m")
-    cases = [("decode", int(b), args.new_tokens) for b in args.batches.split(",")] + [("long-prompt", 1, 16)]
+    shapes = [("decode", int(b), args.new_tokens) for b in args.batches.split(",")] + [("long-prompt", 1, 16)]
+    cases = [(recipe, *shape) for recipe in args.recipes.split(",") for shape in shapes]
     results = []
-    for kind, batch, new_tokens in cases:
+    for recipe, kind, batch, new_tokens in cases:
         best = {"a": None, "b": None}
         for _ in range(args.rounds):
             for side, src in (("a", args.a), ("b", args.b)):
-                got = run(src, model, kind, batch, new_tokens, args.threads)
+                got = run(src, model, kind, batch, new_tokens, args.threads, recipe)
                 if best[side] is None or got["best_step_s"] < best[side]["best_step_s"]:
                     best[side] = {**got, "ttft_s": min(got["ttft_s"], (best[side] or got)["ttft_s"])}
         a, b = best["a"], best["b"]
-        row = {"case": kind, "batch": batch, "a": a, "b": b}
+        row = {"recipe": recipe, "case": kind, "batch": batch, "a": a, "b": b}
         row["step_ratio_b_over_a"] = b["best_step_s"] / a["best_step_s"]  # < 1: B decodes faster
         row["ttft_ratio_b_over_a"] = b["ttft_s"] / a["ttft_s"]
-        print(f"{kind:12s} batch {batch:3d}: fastest decode step A {a['best_step_s'] * 1e3:.2f} ms "
+        print(f"{recipe:14s} {kind:12s} batch {batch:3d}: fastest decode step A {a['best_step_s'] * 1e3:.2f} ms "
               f"B {b['best_step_s'] * 1e3:.2f} ms (B/A {row['step_ratio_b_over_a']:.3f}); "
               f"time to first token B/A {row['ttft_ratio_b_over_a']:.3f}", flush=True)  # fmt: skip
         results.append(row)
     if args.record is not None:
-        record(args.record, {"rounds": args.rounds, "results": results})
+        record(args.record, {"rounds": args.rounds, "recipes": args.recipes, "results": results})
 
 
 if __name__ == "__main__":
