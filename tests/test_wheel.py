@@ -50,7 +50,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_outside_the_repository(tm
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, 120)
     python, tandem = venv / "bin" / "python", venv / "bin" / "tandem"
-    _run([str(python), "-m", "pip", "install", "-q", str(wheel)], tmp_path, env, 600)
+    # --no-compile: pip would byte-compile every module of torch and the rest (a minute of CPU on two
+    # cores); Python compiles what it imports anyway, so the install is the same for what runs here.
+    _run([str(python), "-m", "pip", "install", "-q", "--no-compile", str(wheel)], tmp_path, env, 600)
 
     # Nothing of the checkout: tandem comes from the venv, run from a directory of its own, with its
     # own cache (its C kernels are built from the package's sources), and transformers is absent.
