@@ -89,13 +89,13 @@ def main() -> None:
     parser.add_argument("--b", type=Path, required=True, help="tree B's src/ directory")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--batches", default="1,8,32", help="decode batch sizes (\"\": the long prompt alone)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--recipes", default="baseline", help="comma-separated recipes, each case under each")
     parser.add_argument("--record", default=None, help="record the results as benchmarks/results/NAME.json")
     args = parser.parse_args()
     model = build_bench_model(Path(tempfile.gettempdir()) / "tandem-bench-134m")
-    shapes = [("decode", int(b), args.new_tokens) for b in args.batches.split(",")] + [("long-prompt", 1, 16)]
+    shapes = [("decode", int(b), args.new_tokens) for b in args.batches.split(",") if b] + [("long-prompt", 1, 16)]
     cases = [(recipe, *shape) for recipe in args.recipes.split(",") for shape in shapes]
     results = []
     for recipe, kind, batch, new_tokens in cases:
