@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -64,21 +65,21 @@ def fbgemm_saturates() -> bool:
     wrong by a fifth of their range. Measured once per process on a layer that saturates exactly
     there (every weight 127, every activation 255), rather than guessed from CPU flags."""
     k = 64
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        qweight = torch.quantize_per_channel(
-            torch.ones(16, k),
-            torch.full((16,), 1 / 127, dtype=torch.double),
-            torch.zeros(16, dtype=torch.long),
-            0,
-            torch.qint8,
-        )
-        packed = torch.ops.quantized.linear_prepack(qweight, None)
+    _, packed = prepack(torch.ones(16, k), torch.full((16,), 1 / 127, dtype=torch.double))
     x = torch.ones(2, k)
     x[0].zero_()
     x[0, 0], x[0, -1] = 1.0, -1.0  # the range row: [-1, 1], so a 1.0 quantizes to 255
     out = torch.ops.quantized.linear_dynamic(x, packed, reduce_range=False)[1]
     return not bool(torch.allclose(out, torch.full_like(out, float(k)), rtol=0.02))
+
+
+def prepack(weight: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """fbgemm's int8 weights, per output channel with zero points 0, and its packed copy of them."""
+    zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # torch marks quantized tensors deprecated; fbgemm still ships
+        warnings.simplefilter("ignore")
+        qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+        return qweight, torch.ops.quantized.linear_prepack(qweight, None)
 
 
 def weight_levels() -> float:
@@ -116,11 +117,7 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()
         scales = (weight.abs().amax(dim=1) / weight_levels()).clamp_min(1e-12).double()
-        zero_points = torch.zeros(self.out_features, dtype=torch.long)
-        with warnings.catch_warnings():  # torch marks quantized tensors deprecated; fbgemm still ships
-            warnings.simplefilter("ignore")
-            qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(qweight, None)
+        qweight, self._packed = prepack(weight, scales)
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.scratch = scratch or ActivationScratch()
         self.fused = kernels_available()  # one C pass each side of the matmul instead of four torch ops
@@ -154,8 +151,9 @@ class Int8Linear(nn.Module):
         else:
             rows = self.scratch.rows(flat.shape[0], self.in_features)
             scale = flat.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)  # (vector_norm(inf): 10x slower)
-            # Times the reciprocal, as the C pass does: both paths quantize the same floats (a row's
-            # largest value lands on a rounding tie of the 7-bit grid, where one ulp decides).
+            # Times the reciprocal, as the C pass does, so both paths quantize the same floats: a row's
+            # largest negative value, -1 exactly, lands on a rounding tie of fbgemm's grid (-127.5 +
+            # 128 = 0.5), where one ulp decides the level.
             torch.mul(flat, scale.reciprocal(), out=rows[1:])
             out = torch.ops.quantized.linear_dynamic(rows, self._packed, reduce_range=False)[1:]
             out.mul_(scale)  # fbgemm's fresh output: scaled in place, no extra copies
