@@ -79,7 +79,8 @@ def test_other_head_dims_block_sizes_and_contiguous_queries():
     run_case([(5, 31)], 2, 1, 32, torch.float32, 5)
     run_case(MIXED, 6, 2, 64, torch.float32, 7, block_size=5)  # not a multiple of 16: the generic path
     run_case(MIXED, 6, 2, 64, torch.bfloat16, None, block_size=128)  # tiles of a whole block
-    run_case(MIXED, 10, 2, 80, torch.bfloat16, None)  # head_dim 80 (e.g. Phi-style): the generic path
+    run_case(MIXED, 10, 2, 80, torch.bfloat16, None)  # head_dim 80 (Phi-style): generic on AVX-512, 8-lane on AVX2
+    run_case(MIXED, 4, 2, 20, torch.float32, 9)  # head_dim 20, no multiple of 8: the generic path on every host
     run_case(MIXED, 4, 4, 256, torch.float32, 64)  # the largest head_dim the kernel takes
 
 

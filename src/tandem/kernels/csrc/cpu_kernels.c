@@ -15,6 +15,12 @@
 #else
 #define HAVE_AVX512 0
 #endif
+#if !HAVE_AVX512 && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HAVE_AVX2 1 /* AVX2 + FMA without AVX-512 (e.g. AMD Zen 1/2): 8-lane attention */
+#else
+#define HAVE_AVX2 0
+#endif
 
 #define TILE 64    /* keys per online-softmax tile: scores and converted keys stay in L1/L2 */
 #define QMAX 64    /* queries per (row, kv head) block; more are processed in blocks */
@@ -286,6 +292,125 @@ static inline __attribute__((always_inline)) void attend_item_v(
 }
 #endif
 
+#if HAVE_AVX2
+/* 8 keys' dot products at once: v[j] holds key j's 8 partial sums; returns the 8 totals, key j in
+ * lane j (two rounds of pairwise horizontal adds, then the two 128-bit halves added). */
+static inline __attribute__((always_inline)) __m256 sum8x8(const __m256 *v) {
+    const __m256 s0 = _mm256_hadd_ps(v[0], v[1]), s1 = _mm256_hadd_ps(v[2], v[3]);
+    const __m256 s2 = _mm256_hadd_ps(v[4], v[5]), s3 = _mm256_hadd_ps(v[6], v[7]);
+    const __m256 t0 = _mm256_hadd_ps(s0, s1), t1 = _mm256_hadd_ps(s2, s3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* 8 cached values as floats: fp32 as is, bf16 widened (exact: a shift). */
+static inline __attribute__((always_inline)) __m256 load8(const void *base, const int bf16, int64_t index) {
+    if (!bf16) return _mm256_loadu_ps((const float *)base + index);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + index));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* attend_item_v on 8-lane AVX2 + FMA: blocks of 16 keys (two halves of 8, so a block lies in one
+ * cache block as on AVX-512), each half's 8 scores in one vector (no horizontal sum per q.k), the
+ * softmax once per block, each query's output accumulator (head_dim floats) in registers across
+ * the block. bf16 caches are widened as they load. d: a multiple of 8. */
+static inline __attribute__((always_inline)) void attend_item_v8(
+    const int d, const int bf16, AttendScratch *w, const float *q, int64_t q_token_stride, float *out,
+    const void *k_cache, const void *v_cache, int64_t row_offset, int64_t row_len, const int64_t *row_table,
+    int64_t row_start, int kvh, int heads, int kv_heads, int64_t block_size, int64_t window, float scale) {
+    const int group = heads / kv_heads, dv = d / 8;
+    const int64_t num_queries = row_len * group;
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
+        const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
+        int64_t key_hi = 0, key_lo = INT64_MAX;
+        for (int i = 0; i < nq; i++) {
+            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+            const float *src = q + (row_offset + t) * q_token_stride + (kvh * group + g) * d;
+            float *qi = w->qs + i * d;
+            for (int k = 0; k < d; k++) qi[k] = src[k] * scale;
+            w->qpos[i] = row_start + t;
+            w->qlo[i] = window > 0 && w->qpos[i] - window + 1 > 0 ? w->qpos[i] - window + 1 : 0;
+            if (w->qpos[i] + 1 > key_hi) key_hi = w->qpos[i] + 1;
+            if (w->qlo[i] < key_lo) key_lo = w->qlo[i];
+            w->row_max[i] = MASKED;
+            memset(w->lane_sum[i], 0, sizeof w->lane_sum[i]);
+            memset(w->acc + i * d, 0, sizeof(float) * d);
+        }
+        for (int64_t j0 = key_lo - key_lo % 16; j0 < key_hi; j0 += 16) {
+            const int nk = (int)(key_hi - j0 < 16 ? key_hi - j0 : 16);
+            const int64_t kbase = block_base(row_table, j0, block_size, kv_heads, kvh, d);
+            for (int i = 0; i < nq; i++) {
+                if (j0 > w->qpos[i] || j0 + nk <= w->qlo[i]) continue; /* no key of the block for it */
+                const float *qi = w->qs + i * d;
+                const __m256i hi_ok = _mm256_set1_epi32((int)(w->qpos[i] - j0)); /* key offsets <= this */
+                const __m256i lo_ok = _mm256_set1_epi32((int)(w->qlo[i] - j0)); /* and >= this */
+                const __m256i n_ok = _mm256_set1_epi32(nk);                      /* and < this */
+                __m256 sc[2];
+                for (int half = 0; half < 2; half++) {
+                    __m256 prod[8];
+                    for (int j = 0; j < 8; j++) {
+                        __m256 acc = _mm256_setzero_ps();
+                        if (8 * half + j < nk)
+                            for (int c = 0; c < dv; c++)
+                                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qi + 8 * c),
+                                                      load8(k_cache, bf16, kbase + (8 * half + j) * d + 8 * c), acc);
+                        prod[j] = acc;
+                    }
+                    const __m256i at = _mm256_add_epi32(iota, _mm256_set1_epi32(8 * half));
+                    const __m256i bad = _mm256_or_si256(
+                        _mm256_or_si256(_mm256_cmpgt_epi32(at, hi_ok), _mm256_cmpgt_epi32(lo_ok, at)),
+                        _mm256_cmpgt_epi32(_mm256_add_epi32(at, _mm256_set1_epi32(1)), n_ok));
+                    sc[half] = _mm256_blendv_ps(sum8x8(prod), _mm256_set1_ps(MASKED), _mm256_castsi256_ps(bad));
+                }
+                const float block_max = hmax8(_mm256_max_ps(sc[0], sc[1]));
+                const float new_max = block_max > w->row_max[i] ? block_max : w->row_max[i];
+                const float correction = expf(w->row_max[i] - new_max);
+                float p[16];
+                _mm256_storeu_ps(p, _mm256_sub_ps(sc[0], _mm256_set1_ps(new_max)));
+                _mm256_storeu_ps(p + 8, _mm256_sub_ps(sc[1], _mm256_set1_ps(new_max)));
+#pragma omp simd
+                for (int j = 0; j < 16; j++) p[j] = p[j] < -80.0f ? 0.0f : expf(p[j]); /* masked: exactly 0 */
+                const __m256 corr = _mm256_set1_ps(correction);
+                const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
+                _mm256_storeu_ps(w->lane_sum[i], _mm256_fmadd_ps(_mm256_loadu_ps(w->lane_sum[i]), corr, p0));
+                _mm256_storeu_ps(w->lane_sum[i] + 8, _mm256_fmadd_ps(_mm256_loadu_ps(w->lane_sum[i] + 8), corr, p1));
+                w->row_max[i] = new_max;
+                float *ai = w->acc + i * d;
+                __m256 a[DMAX / 8];
+                for (int c = 0; c < dv; c++) a[c] = _mm256_mul_ps(_mm256_loadu_ps(ai + 8 * c), corr);
+                for (int j = 0; j < nk; j++) {
+                    const __m256 pj = _mm256_set1_ps(p[j]);
+                    for (int c = 0; c < dv; c++) a[c] = _mm256_fmadd_ps(pj, load8(v_cache, bf16, kbase + j * d + 8 * c), a[c]);
+                }
+                for (int c = 0; c < dv; c++) _mm256_storeu_ps(ai + 8 * c, a[c]);
+            }
+        }
+        for (int i = 0; i < nq; i++) {
+            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+            float *dst = out + ((row_offset + t) * heads + kvh * group + g) * d;
+            const float sum = hsum8(_mm256_add_ps(_mm256_loadu_ps(w->lane_sum[i]), _mm256_loadu_ps(w->lane_sum[i] + 8)));
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const float *ai = w->acc + i * d;
+            for (int k = 0; k < d; k++) dst[k] = ai[k] * inv;
+        }
+    }
+}
+#endif
+
 /* One (row, kv head) work item of tandem_varlen_attention, on the fastest code for its shape. */
 __attribute__((noinline)) void tandem_attend(AttendScratch *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
                    const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, const int64_t *row_table,
@@ -301,6 +426,17 @@ __attribute__((noinline)) void tandem_attend(AttendScratch *w, const float *q, i
             cache_bf16 ? attend_item_v(128, 1, w, ARGS) : attend_item_v(128, 0, w, ARGS);
         else
             cache_bf16 ? attend_item_v(head_dim, 1, w, ARGS) : attend_item_v(head_dim, 0, w, ARGS);
+        return;
+    }
+#endif
+#if HAVE_AVX2
+    if (head_dim % 8 == 0 && block_size % 16 == 0) {
+        if (head_dim == 64)
+            cache_bf16 ? attend_item_v8(64, 1, w, ARGS) : attend_item_v8(64, 0, w, ARGS);
+        else if (head_dim == 128)
+            cache_bf16 ? attend_item_v8(128, 1, w, ARGS) : attend_item_v8(128, 0, w, ARGS);
+        else
+            cache_bf16 ? attend_item_v8(head_dim, 1, w, ARGS) : attend_item_v8(head_dim, 0, w, ARGS);
         return;
     }
 #endif
