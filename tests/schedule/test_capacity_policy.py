@@ -174,3 +174,32 @@ def test_burst_room_shrinks_with_a_looser_ttft_slo():
     tight = dict(burst_series(CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, level_time_s=5.0, ttft_slo_s=2.0)))
     loose = dict(burst_series(CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, level_time_s=5.0, ttft_slo_s=20.0)))
     assert loose[340] < tight[340]  # a queue may absorb more of the burst: 10 s x 10 / (10 s + 10 s) = 5
+
+
+def short_burst_series(params, counters, seconds=400, burst=(200, 204)):
+    """1 replica's work arriving (0.8 requests/s of 100 output tokens), 10x that for 4 s. The gateway's demand
+    window is 10 s; with `counters` it also reports its running arrival totals. (time, desired) per 2 s tick."""
+    policy = functools.partial(capacity, params=params)
+    state, current, out = PolicyState(), 1, []
+    rate = lambda t: 0.8 * (10.0 if burst[0] <= t < burst[1] else 1.0)  # noqa: E731
+    total = lambda t: sum(rate(s) for s in range(0, int(t)))  # noqa: E731  requests arrived before t
+    for t in range(0, seconds, 2):
+        window = (total(t) - total(max(t - 10, 0))) / 10.0
+        demand = TokenDemand(0.0, 100.0 * window, window, arrived_requests_per_s=window,
+                             arrived_prompt_tokens_per_s=0.0,
+                             arrived_requests_total=round(total(t)) if counters else None,
+                             arrived_prompt_tokens_total=0 if counters else None)  # fmt: skip
+        ctx = ScaleContext(float(t), "v", current, current, (), WIDE, state, demand, profile=SLOW)
+        current, state = policy(ctx)
+        out.append((t, current))
+    return dict(out)
+
+
+def test_the_arrival_counters_show_a_burst_shorter_than_the_demand_window_at_its_height():
+    # 10 replicas' work for 4 s, a queue absorbing 1.5 s of it: 10 x 4 / (4 + 1.5) = 7.3 replicas, 6.3 beyond the
+    # forecast. The 10 s window spreads the same burst over 10 s at 4.6x: 4.6 x 10 / 11.5 = 4 replicas, 3 beyond.
+    params = CapacityParams(tpot_slo_s=0.1, horizon_s=0.0, ttft_slo_s=2.0, burst_memory_s=300)
+    ticks, windows = short_burst_series(params, True), short_burst_series(params, False)
+    assert ticks[198] == windows[198] == 2  # before the burst: 1 replica's work + square-root staffing
+    assert ticks[220] >= 8 and windows[220] <= 6  # the room the burst left behind
+    assert ticks[398] == ticks[220]  # held for the next, within the memory

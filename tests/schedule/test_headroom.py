@@ -36,6 +36,11 @@ def test_feedback_raises_the_gain_under_target_and_lowers_it_when_comfortable():
     assert feedback(0.81, 1.0, 600.0, gains) == 0.8
 
 
+def test_by_default_the_feedback_only_adds_room_it_never_undercuts_the_model():
+    # a gain below 1 took the forecast's own replicas away on a small fleet (mooncake: 4 replicas -> 3, a queue)
+    assert feedback(1.3, 1.0, 3600.0) == 1.0 and feedback(1.0, 0.5, 60.0) > 1.0
+
+
 def test_the_attainment_window_decays_old_requests():
     gains = FeedbackGains(window_s=300.0)
     good, total = attainment_window((0.0, 0.0), 0.5, 10.0, 2.0, gains)  # 20 requests, 10 within the SLO

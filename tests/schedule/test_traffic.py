@@ -45,7 +45,29 @@ def test_demand_meter_rates_over_the_window():
     assert rate.prompt_tokens_per_s == pytest.approx(40.0) and rate.output_tokens_per_s == pytest.approx(20.0)
     assert rate.requests_per_s == pytest.approx(0.2)
     assert meter.rate("v", 11.0).output_tokens_per_s == pytest.approx(15.0)  # the t=1 event left the window
-    assert meter.rate("v", 15.0) == TokenDemand()
+    # the window is empty; the short tail of the outputs is a count of recent requests, it outlives the window
+    assert meter.rate("v", 15.0) == TokenDemand(short_output_tokens=50.0)
+
+
+def test_demand_meter_keeps_the_short_tail_of_the_outputs_judged_on_tpot():
+    meter = DemandMeter(window_s=10.0, lengths_kept=20, length_quantile=0.1)
+    for i in range(40):  # outputs 1 .. 40; a one-token answer has no TPOT and is not kept
+        meter.record("v", float(i) / 10, prompt_tokens=100, output_tokens=i + 1)
+    assert meter.rate("v", 4.0).short_output_tokens == 23.0  # the last 20 kept (21 .. 40): rank 2 of them
+    meter.record("v", 4.0, prompt_tokens=0, output_tokens=5)  # streamed tokens without their prompt: not a request
+    assert meter.rate("v", 4.0).short_output_tokens == 23.0
+    with pytest.raises(ValueError):
+        DemandMeter(length_quantile=0.7)
+
+
+def test_demand_meter_totals_count_every_arrival_for_a_per_tick_difference():
+    meter = DemandMeter(window_s=10.0)
+    assert meter.rate("v", 0.0).arrived_requests_total is None  # never fed: unknown
+    meter.arrive("v", 1.0, prompt_tokens=2000)
+    meter.arrive("v", 2.0, prompt_tokens=1000)
+    rate = meter.rate("v", 30.0)  # long after the window: the totals stay
+    assert (rate.arrived_requests_total, rate.arrived_prompt_tokens_total) == (2, 3000)
+    assert rate.arrived_requests_per_s == 0.0
 
 
 def test_reported_loads_are_refreshed_by_the_gateways_own_counts_between_polls():

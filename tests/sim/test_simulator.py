@@ -176,14 +176,21 @@ def test_needs_a_profile():
 def test_the_token_cap_holds_a_burst_of_long_prompts_back_to_protect_every_running_users_tpot():
     # 1,500-token prompts, 40-token answers; TPOT 40 ms. An iteration carrying a full 512-token chunk takes
     # 25.6 ms of prefill beside the rows' 20-25 ms: over the target. A burst meeting free slots fills them at once
-    # with the request cap alone; the token budget lets a replica take the next prompt only as its prefill drains.
+    # with the request cap alone; the token budget lets a replica take the next prompt only as its prefill drains,
+    # and its pace only as fast as its rows keep the TPOT: no row misses it, and a fleet of 2 too small for the
+    # burst shows as TTFT (at the gateway), which a third replica absorbs.
     base = poisson_trace(1.0, 60, prompt=1500, output=40, seed=7)
     trace = sorted(base + poisson_trace(10.0, 4, prompt=1500, output=40, seed=8, start_s=30), key=lambda r: r.arrival_s)
-    policy = functools.partial(static_peak, params=StaticParams(2))
     runs = {}
-    for token_cap in (False, True):
-        config = replace(CONFIG, admission_cap=True, token_cap=token_cap, ttft_slo_s=5.0, tpot_slo_s=0.04)
-        runs[token_cap] = simulate(trace, variant(), policy, ScaleLimits(2, 2), config=config, duration_s=60)
-    assert runs[False].quantile("tpot", 0.99) > 0.04 >= runs[True].quantile("tpot", 0.99)
-    assert runs[True].slo_attainment >= 0.99 > runs[False].slo_attainment
-    assert runs[True].lost == runs[True].unserved == 0
+    for replicas, token_cap, pace in ((2, False, False), (2, True, False), (2, True, True), (3, True, True)):
+        config = replace(CONFIG, admission_cap=True, token_cap=token_cap, pace=pace, ttft_slo_s=5.0, tpot_slo_s=0.04)
+        policy = functools.partial(static_peak, params=StaticParams(replicas))
+        runs[replicas, token_cap, pace] = simulate(trace, variant(), policy, ScaleLimits(replicas, replicas),
+                                                   config=config, duration_s=60)  # fmt: skip
+    request_cap, budget = runs[2, False, False], runs[2, True, False]
+    paced, three = runs[2, True, True], runs[3, True, True]
+    assert request_cap.quantile("tpot", 0.99) > 0.04 >= budget.quantile("tpot", 0.99)
+    assert budget.slo_attainment >= 0.99 > request_cap.slo_attainment
+    assert all(r.tpot_s <= 0.04 for r in paced.requests) and paced.quantile("ttft", 0.99) > 5.0
+    assert three.slo_attainment == 1.0 and three.quantile("tpot", 0.99) < budget.quantile("tpot", 0.99)
+    assert all(run.lost == run.unserved == 0 for run in runs.values())

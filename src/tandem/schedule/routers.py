@@ -11,8 +11,10 @@ the chosen load, or None when no healthy replica is eligible.
 - `AdmissionCap`: wraps any router; a replica already holding the cap's requests (the SLO batch for
   the current length mix, `policies.slo.admission_limit`) takes no more, nor one whose prompt tokens
   still to prefill, with this request's, exceed the token budget (`policies.prefill_budget`: what its
-  decoding rows can carry within the TPOT target), so the request waits at the gateway: a fleet sized
-  too small shows as TTFT, not as every running user's TPOT.
+  decoding rows can carry within the TPOT target), nor (with a clock) one sent prompt tokens faster than
+  the budget's pace for its running rows (`paced`, a leaky bucket per replica; a prompt costs what the
+  replica's prefix cache does not hold, `uncached_tokens`), so the request waits at the gateway: a fleet
+  sized too small shows as TTFT, not as every running user's TPOT.
 - `PrefixAffinity`: rendezvous hash of the prompt's first block, so requests sharing a prefix land
   on the replica that has it cached, and adding or removing a replica moves only its share; when
   that replica is much busier than the least-loaded one, the least-loaded one instead.
@@ -25,6 +27,7 @@ the chosen load, or None when no healthy replica is eligible.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +50,8 @@ __all__ = [
     "eligible",
     "outstanding",
     "make_router",
+    "paced",
+    "uncached_tokens",
 ]
 
 
@@ -94,31 +99,78 @@ class LeastOutstanding:
 
 
 class TokenAdmission(Protocol):
+    tokens: float
+
     def admits(self, pending_prefill_tokens: int, prompt_tokens: int) -> bool: ...
+
+    def pace(self, rows: int) -> float | None: ...
 
 
 class AdmissionCap:
     """`inner`'s choice among the replicas with fewer than `limit()` requests outstanding (None: no cap)
-    and, with `budget`, whose `prefill_tokens` leave room for the request's prompt (None: no token cap)."""
+    and, with `budget`, whose `prefill_tokens` leave room for the request's prompt and, with a `clock` too,
+    whose prompt tokens sent so far are within the budget's pace (`prefill_budget.paced`: a leaky bucket
+    per replica, the only state here; None: no token cap)."""
 
     def __init__(
         self,
         inner: Router,
         limit: Callable[[], int | None],
         budget: Callable[[], TokenAdmission | None] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.inner = inner
         self.limit = limit
         self.budget = budget
+        self.clock = clock
+        self.due: dict[str, float] = {}  # replica id -> when the prompt tokens sent to it are paid off at the pace
 
     def choose(self, request: RouteRequest, replicas: Sequence[ReplicaLoad]) -> ReplicaLoad | None:
         cap = self.limit()
         if cap is not None:
             replicas = [r for r in replicas if outstanding(r) < cap]
         tokens = self.budget() if self.budget is not None else None
-        if tokens is not None:
-            replicas = [r for r in replicas if tokens.admits(r.prefill_tokens, request.prompt_tokens)]
-        return self.inner.choose(request, replicas)
+        if tokens is None:
+            return self.inner.choose(request, replicas)
+        now = self.clock() if self.clock is not None else None
+        due: dict[str, float] = {}
+        kept = []
+        for r in replicas:
+            prompt = uncached_tokens(request, r.replica_id)  # what r would prefill of it
+            if not tokens.admits(r.prefill_tokens, prompt):
+                continue
+            if now is not None:
+                after = paced(self.due.get(r.replica_id), now, prompt, tokens.pace(r.running), tokens.tokens)
+                if after is None:
+                    continue
+                due[r.replica_id] = after
+            kept.append(r)
+        choice = self.inner.choose(request, kept)
+        if choice is not None and choice.replica_id in due:
+            self.due[choice.replica_id] = due[choice.replica_id]
+        return choice
+
+
+def uncached_tokens(request: RouteRequest, replica_id: str) -> int:
+    """The prompt tokens `replica_id` would prefill for `request`: less what its prefix cache holds, where known."""
+    if request.kv is None:
+        return request.prompt_tokens
+    return max(request.prompt_tokens - request.kv.cached(replica_id), 0)
+
+
+def paced(due: float | None, now: float, prompt_tokens: int, pace: float | None, depth_tokens: float) -> float | None:
+    """The generic cell rate (a leaky bucket) of one replica: `due` is when the prompt tokens it was sent are
+    paid off at `pace` tokens/s (None: never sent). The new `due` if a prompt of `prompt_tokens` may go now,
+    else None. A replica paid off (`due <= now`) takes any prompt, however long; one ahead by more than
+    `depth_tokens` at the pace, none. No pace (None): always, `due` unchanged."""
+    if prompt_tokens < 0 or depth_tokens < 0:
+        raise ValueError("paced needs prompt_tokens >= 0 and depth_tokens >= 0")
+    if pace is None:
+        return due if due is not None else now
+    ahead = max((due if due is not None else now) - now, 0.0)
+    if ahead > 0 and (pace <= 0 or ahead * pace > depth_tokens * (1 + 1e-9)):
+        return None
+    return now + ahead + (prompt_tokens / pace if pace > 0 else math.inf)
 
 
 class PowerOfTwo:

@@ -133,12 +133,25 @@ class DemandMeter:
     knows); `arrive` counts requests as they come in (their prompt tokens), so a policy sees a burst
     the moment it arrives rather than once the fleet has served it. Both are optional to feed: the
     fields of TokenDemand they fill stay None when nothing was fed.
+
+    The short tail of the outputs comes from the last `lengths_kept` whole requests recorded (a prompt and
+    an output together) that are judged on TPOT (two output tokens or more): `TokenDemand.short_output_tokens`
+    is the `length_quantile` quantile of their output tokens (nearest rank). A count, not a time window: a
+    quiet minute and a busy second both give enough requests for a tail. `arrive` also keeps running totals
+    (`TokenDemand.arrived_requests_total`, `arrived_prompt_tokens_total`), so a policy can difference them
+    per tick, finer than the window.
     """
 
-    def __init__(self, window_s: float = 10.0) -> None:
+    def __init__(self, window_s: float = 10.0, lengths_kept: int = 256, length_quantile: float = 0.05) -> None:
+        if window_s <= 0 or lengths_kept < 1 or not 0 <= length_quantile <= 0.5:
+            raise ValueError("DemandMeter needs window_s > 0, lengths_kept >= 1 and length_quantile in [0, 0.5]")
         self.window_s = window_s
+        self.length_quantile = length_quantile
+        self._lengths: dict[str, deque[int]] = {}
+        self._lengths_kept = lengths_kept
         self._events: dict[str, deque[tuple[float, int, int]]] = {}
         self._arrivals: dict[str, deque[tuple[float, int]]] = {}
+        self._arrived_totals: dict[str, tuple[int, int]] = {}  # variant -> (requests, prompt tokens) ever arrived
         self._outcomes: dict[str, deque[tuple[float, bool]]] = {}
 
     def record(
@@ -146,12 +159,16 @@ class DemandMeter:
     ) -> None:
         """One finished (or failed) request's tokens; output tokens may also be recorded as they stream."""
         self._events.setdefault(variant, deque()).append((now, prompt_tokens, output_tokens))
+        if prompt_tokens > 0 and output_tokens >= 2:
+            self._lengths.setdefault(variant, deque(maxlen=self._lengths_kept)).append(output_tokens)
         if within_slo is not None:
             self._outcomes.setdefault(variant, deque()).append((now, within_slo))
 
     def arrive(self, variant: str, now: float, prompt_tokens: int) -> None:
         """One request arrived for `variant` with this many prompt tokens."""
         self._arrivals.setdefault(variant, deque()).append((now, prompt_tokens))
+        count, tokens = self._arrived_totals.get(variant, (0, 0))
+        self._arrived_totals[variant] = (count + 1, tokens + prompt_tokens)
 
     def _trim(self, events: deque | None, now: float) -> deque:
         while events and events[0][0] <= now - self.window_s:
@@ -165,6 +182,11 @@ class DemandMeter:
         prompt = sum(e[1] for e in events)
         output = sum(e[2] for e in events)
         requests = sum(1 for e in events if e[1])  # a request's prompt is recorded once, with its first event
+        lengths = self._lengths.get(variant)
+        short = None
+        if lengths:
+            outputs = sorted(lengths)
+            short = float(outputs[min(int(self.length_quantile * len(outputs)), len(outputs) - 1)])
         return TokenDemand(
             prompt / self.window_s,
             output / self.window_s,
@@ -172,4 +194,7 @@ class DemandMeter:
             arrived_requests_per_s=len(arrivals) / self.window_s if arrivals is not None else None,
             arrived_prompt_tokens_per_s=sum(a[1] for a in arrivals) / self.window_s if arrivals is not None else None,
             slo_attainment=sum(1 for o in outcomes if o[1]) / len(outcomes) if outcomes else None,
+            arrived_requests_total=self._arrived_totals[variant][0] if variant in self._arrived_totals else None,
+            arrived_prompt_tokens_total=self._arrived_totals[variant][1] if variant in self._arrived_totals else None,
+            short_output_tokens=short,
         )

@@ -55,6 +55,7 @@ class SimConfig:
     admission_cap: bool = False  # the router holds each replica to the SLO batch of the live mix (AdmissionCap)
     prefix_block_tokens: int = 512  # a replica's prefix block cache (traces with block ids: Mooncake's 512); 0: none
     token_cap: bool = True  # ... and, with admission_cap, to the prompt tokens its rows can carry (PrefillBudget)
+    pace: bool = True  # ... and, with token_cap, sends each replica prompt tokens no faster than its rows allow
     # With admission_cap, while requests wait at the gateway, dispatch this many times a step: a gateway
     # dispatches on every event, and a replica refusing a prompt now may take it as soon as its prefill is done.
     dispatch_substeps: int = 5
@@ -173,7 +174,9 @@ def simulate(
     cap: list[int | None] = [None]  # the admission cap, refreshed every tick from the live length mix
     budget: list[PrefillBudget | None] = [None]  # the token cap, refreshed with it
     if config.admission_cap:
-        router = AdmissionCap(router, lambda: cap[0], (lambda: budget[0]) if config.token_cap else None)
+        router = AdmissionCap(
+            router, lambda: cap[0], (lambda: budget[0]) if config.token_cap else None, clock if config.pace else None
+        )
 
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:

@@ -66,7 +66,8 @@ class CapacityParams:
     queue_share: float = 0.75  # the share of the TTFT SLO a request may spend queued (the rest: its prefill)
     burst_memory_s: float = 1800.0  # how far back the peaks the headroom is a quantile of reach
     headroom_quantile: float = 0.99  # of the peaks' needs, weighted by their work (the share of requests kept)
-    peak_window_s: float = 10.0  # the shortest window a shortfall is measured over (the gateway's demand window)
+    peak_window_s: float = 10.0  # the shortest window a shortfall is measured over (the gateway's demand window) ...
+    tick_window_s: float = 2.0  # ... or, where the gateway's arrival counters are fed, this (the controller's tick)
     mean_window_s: float = 60.0  # the median of this long is what the notes call "observed"
     feedback: FeedbackGains | None = FeedbackGains()  # attainment feedback on the headroom (None: off)
     chunk_tokens: int = 512  # prompt tokens per engine iteration (chunked prefill), for the TTFT bound
@@ -93,7 +94,7 @@ class CapacityParams:
             raise ValueError("capacity needs level_time_s, trend_time_s >= 0 and mix_smoothing in (0, 1]")
         if self.ttft_slo_s is not None and (self.ttft_slo_s <= 0 or not 0 < self.queue_share <= 1):
             raise ValueError("capacity needs ttft_slo_s > 0 and queue_share in (0, 1]")
-        if not 0 < self.headroom_quantile <= 1 or self.peak_window_s <= 0 or self.mean_window_s <= 0:
+        if not 0 < self.headroom_quantile <= 1 or min(self.peak_window_s, self.tick_window_s, self.mean_window_s) <= 0:
             raise ValueError("capacity needs headroom_quantile in (0, 1] and positive peak and mean windows")
 
 
@@ -165,6 +166,15 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
     if arriving_prompt is None:
         arriving_prompt = arrivals * prompt_per_request
     arriving = _work(profile, cap, arrivals * (out_per_request or 0.0), arriving_prompt)
+    # The work that arrived since the last tick, from the gateway's arrival counters: a burst of 5 s is half
+    # of a 10 s demand window, and the room it needs is the 5 s peak's (the shortfall's shortest window).
+    totals, ticks, tick_work = state.arrived_totals, state.ticks, None
+    if demand.arrived_requests_total is not None and demand.arrived_prompt_tokens_total is not None:
+        if totals is not None and dt > 0:
+            requests = max(demand.arrived_requests_total - totals[0], 0) / dt
+            prompts = max(demand.arrived_prompt_tokens_total - totals[1], 0) / dt
+            tick_work = _work(profile, cap, requests * (out_per_request or 0.0), prompts)
+        totals = (demand.arrived_requests_total, demand.arrived_prompt_tokens_total)
     held = ctx.in_flight if delay is None else ctx.in_flight - ctx.buffered  # with headroom: on replicas only
     backlog = _work(profile, cap, max(demand.output_tokens_per_s, held / params.tpot_slo_s), prompt)
     observed = max(arriving, backlog)
@@ -177,9 +187,14 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         # seconds moves neither; a minute's median would lag a ramp by half a minute). A rise is projected
         # over the cold start (what is started now serves the demand of then); a fall is not: replicas stop
         # at once, so the fleet shrinks when the demand has fallen, never ahead of it.
-        windows = peak_windows(params.peak_window_s, horizon + _FIT_LAG * params.fit_window_s)
+        shortest = params.peak_window_s if tick_work is None else params.tick_window_s
+        windows = peak_windows(shortest, horizon + _FIT_LAG * params.fit_window_s)
         memory = max(params.mean_window_s + params.peak_window_s, params.fit_window_s, windows[-1])
         samples = (*trim_window(samples, ctx.now, memory), (ctx.now, arriving))
+        if tick_work is not None and math.isfinite(tick_work):
+            ticks = (*trim_window(ticks, ctx.now, windows[-1] + 2 * dt), (ctx.now, tick_work))
+        else:
+            ticks = ()
         fit = tuple((t, v) for t, v in samples if t > ctx.now - params.fit_window_s)
         level, trend = robust_line(fit, ctx.now)
         ahead = max(level + max(trend, 0.0) * horizon, 0.0)
@@ -189,7 +204,10 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         # The headroom: a quantile of what the forecasts missed (`headroom.shortfall_need`), each shortfall of
         # the last w seconds (10 s doubling up to the cold start + the line's lag) against the forecasts that
         # sized the fleet for them; weighted by the work that came.
-        need = shortfall_need(samples, state.forecasts, ctx.now, horizon, windows, delay, params.peak_window_s)
+        if ticks:  # per tick: each sample covers the tick before it
+            need = shortfall_need(ticks, state.forecasts, ctx.now, horizon, windows, delay, dt)
+        else:
+            need = shortfall_need(samples, state.forecasts, ctx.now, horizon, windows, delay, params.peak_window_s)
         peaks = trim_window(peaks, ctx.now, params.burst_memory_s)  # older ones go even while none is judged
         if need is not None:
             peaks = (*peaks, (ctx.now, need, arriving))
@@ -240,6 +258,8 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         state,
         recommendations=(*history, (ctx.now, raw)),
         samples=samples,
+        arrived_totals=totals,
+        ticks=ticks,
         peaks=peaks,
         forecasts=forecasts,
         gain=gain,

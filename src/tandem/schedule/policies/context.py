@@ -68,6 +68,9 @@ class TokenDemand:
     arrived_requests_per_s: float | None = None  # requests that arrived in the window (None: not counted)
     arrived_prompt_tokens_per_s: float | None = None  # ... and their prompt tokens
     slo_attainment: float | None = None  # share of the window's finished requests within the SLO (None: unknown)
+    arrived_requests_total: int | None = None  # requests arrived since the meter started (None: not counted)
+    arrived_prompt_tokens_total: int | None = None  # ... and their prompt tokens (a policy differences them per tick)
+    short_output_tokens: float | None = None  # a low quantile of recent requests' output tokens (None: not kept)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class PolicyState:
     forecasts: tuple[tuple[float, float], ...] = ()  # capacity: (time made, work forecast a cold start ahead)
     gain: float = 1.0  # capacity: the attainment feedback's correction of the headroom
     attained: tuple[float, float] = (0.0, 0.0)  # capacity: (requests within the SLO, requests), decayed
+    arrived_totals: tuple[int, int] | None = None  # capacity: the gateway's arrival counters at the last tick
+    ticks: tuple[tuple[float, float], ...] = ()  # capacity: (time, work that arrived since the tick before), per tick
     queued_since: float | None = None  # capacity: since when requests have waited at the gateway without a break
     notes: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # last decision's inputs, for logs
 

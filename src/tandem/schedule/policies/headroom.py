@@ -108,7 +108,7 @@ class FeedbackGains:
     comfort: float = 0.0  # above target + comfort x (1 - target) the gain comes down (0: anywhere above target)
     raise_time_s: float = 600.0  # under target: the gain grows e-fold in this long
     lower_time_s: float = 900.0  # comfortable: it shrinks e-fold in this long
-    gain_min: float = 0.8
+    gain_min: float = 1.0  # the model is the floor: feedback adds room, never takes the forecast's away
     gain_max: float = 1.3
     window_s: float = 120.0  # the attainment the gain follows: requests within the SLO, decayed over this long
 

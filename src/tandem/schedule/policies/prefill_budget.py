@@ -1,19 +1,25 @@
-"""Admission by prompt tokens: how much prefill a replica may hold before it slows its decoding rows past
+"""Admission by prompt tokens: how much prefill a replica may be sent before it slows its decoding rows past
 the TPOT target. Pure: a frozen budget made from the Profile and the live length mix, asked per request.
 
 A replica iterates: every decoding row makes a token and up to a chunk of prompt tokens is prefilled, so
-an iteration takes d(n) + c / prefill_rate (the per-phase model of `policies.slo`). A row is judged on its
-mean time per output token over its `o` output tokens; the prefill that rides beside it over that life
-must fit the TPOT left over. At the SLO batch (the request cap), the replica's own turnover already
-spends most of it: in steady state each row's iteration also carries its share of the prompts that
-replace finishing rows, tau(n) = d(n) + n x m / prefill_rate (m prompt tokens per output token). What
-is left, (TPOT - tau(n)) per iteration over a row's life, is the prompt tokens a replica may hold waiting
-to prefill *on top of* the steady state: a burst meeting free slots then cannot fill them all at once
-with long prompts (which would put a full chunk into every iteration for every running row); the rest
-wait at the gateway, where a fleet sized too small shows as TTFT, not as every running user's TPOT.
+an iteration takes d(n) + c / prefill_rate (the per-phase model of `policies.slo`). Two limits follow.
 
-A replica with nothing left to prefill always takes the next prompt, however long (else a prompt longer
-than the budget would never be served); the request cap still bounds how many run.
+- **The pace.** Prompt tokens sent at P tokens/s take P / prefill_rate of every second, so n rows decode
+  at TPOT d(n) / (1 - P / prefill_rate): to keep the target T a replica with n rows may be sent at most
+  `(T - d(n)) x prefill_rate / T` prompt tokens a second, on average (`pace`). This is what a burst
+  breaks: every admission that only bounds the prompt tokens *waiting* on a replica refills as they drain,
+  so under a queue at the gateway every iteration carried a full chunk (41 ms of decode + 79 ms of
+  prefill on the suite's H100 profile: a TPOT of 120 ms for every row that lived through it).
+- **The depth.** Above the pace, a replica may take `tokens` at once (a generic cell rate: it is sent a
+  prompt while what it was sent, paid off at the pace, is at most `tokens` ahead of now; `routers.paced`). The
+  rows' steady state at the SLO batch, tau(n) = d(n) + n x m / prefill_rate (m prompt tokens per output
+  token), leaves (T - tau(n)) per iteration; over the life of a *short* row (`TokenDemand.short_output_tokens`,
+  a low quantile of the recent outputs: the rows that miss first are the short answers, judged over a few
+  tokens) that carries `tokens` = (T - tau(n)) x prefill_rate x (o_short - 1) prompt tokens.
+
+A replica whose pace has caught up (nothing sent ahead of now) always takes the next prompt, however long
+(else a prompt longer than the depth would never be served); it then gets nothing more until that prompt
+is paid off at the pace. The request cap still bounds how many run.
 """
 
 from __future__ import annotations
@@ -22,18 +28,25 @@ from dataclasses import dataclass
 
 from tandem.contracts import Profile
 from tandem.schedule.policies.context import TokenDemand
-from tandem.schedule.policies.slo import slo_capacity
+from tandem.schedule.policies.slo import _decode_rates, slo_capacity
 
 __all__ = ["PrefillBudget", "prefill_budget"]
 
 
 @dataclass(frozen=True)
 class PrefillBudget:
-    tokens: float  # prompt tokens one replica may hold waiting to prefill (beyond 0: see `admits`)
+    tokens: float  # prompt tokens one replica may hold waiting to prefill, or be sent beyond its pace
+    pace_by_rows: tuple[float, ...] = ()  # [n]: prompt tokens/s a replica running n rows may be sent (beyond: last)
 
     def admits(self, pending_prefill_tokens: int, prompt_tokens: int) -> bool:
         """May a replica with `pending_prefill_tokens` still to prefill take a prompt of `prompt_tokens`?"""
         return pending_prefill_tokens <= 0 or pending_prefill_tokens + prompt_tokens <= self.tokens
+
+    def pace(self, rows: int) -> float | None:
+        """Prompt tokens/s a replica running `rows` sequences may be sent on average (None: no pace)."""
+        if not self.pace_by_rows:
+            return None
+        return self.pace_by_rows[min(max(rows, 0), len(self.pace_by_rows) - 1)]
 
 
 def prefill_budget(
@@ -52,5 +65,10 @@ def prefill_budget(
     mix = demand.prompt_tokens_per_s / demand.output_tokens_per_s
     cap = slo_capacity(profile, tpot_slo_s, mix, prompt + output, prompt_tokens=prompt, ttft_budget_s=ttft_budget_s,
                        chunk_tokens=chunk_tokens)  # fmt: skip
+    rate = profile.prefill_tokens_per_s
     slack_s = max(0.0, tpot_slo_s - cap.iteration_s)  # per iteration, left over by the steady state
-    return PrefillBudget(slack_s * profile.prefill_tokens_per_s * max(output - 1.0, 1.0))
+    life = demand.short_output_tokens if demand.short_output_tokens is not None else output
+    rates = _decode_rates(profile, max(profile.max_slots, 1))
+    pace = tuple(max(0.0, 1.0 - (n / rates[n] if n and rates[n] > 0 else 0.0) / tpot_slo_s) * rate
+                 for n in range(len(rates)))  # fmt: skip
+    return PrefillBudget(slack_s * rate * max(life - 1.0, 1.0), pace)
