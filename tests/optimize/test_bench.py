@@ -11,6 +11,7 @@ from rich.console import Console
 
 from tandem.cli import cli
 from tandem.model import load_model
+from tandem.optimize import bench_workers
 from tandem.optimize.bench import _fastest_run, summarize, usd_per_million_tokens
 from tandem.workload import load_workload
 
@@ -40,23 +41,36 @@ def test_workload_is_reproducible_and_fits_the_context(tiny_llama_dir):
     assert a != load_workload(tokenizer, 256, 20, seed=4)
 
 
-def test_bench_command_json_shape(tiny_llama_dir, tiny_draft_dir, tmp_path):
-    out = tmp_path / "bench.json"
+def test_bench_command_json_shape(tiny_llama_dir, tiny_draft_dir, tmp_path, monkeypatch):
+    """Every recipe and the transformers rows on a given trace, two rounds; the JSON in the documented
+    shape and the plot. (The bundled trace, the default, is the wheel test's: tests/test_wheel.py.)"""
+    monkeypatch.setattr(bench_workers, "SETTLE_S", 0.0)  # a pause for the timings' sake; none are judged here
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("ContextTokens,GeneratedTokens\n40,9\n80,9\n")
+    out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
     recipes = f"int8,ngram,speculative(draft={tiny_draft_dir})"
     result = CliRunner().invoke(
         cli,
         ["bench", "--model", str(tiny_llama_dir), "--recipes", recipes, "--requests", "6", "--repeats", "2"]
-        + ["--json", str(out)],
+        + ["--trace", str(trace), "--json", str(out), "--plot", str(plot)],
     )
     assert result.exit_code == 0, result.output
     payload = json.loads(out.read_text())
     names = [r["recipe"] for r in payload["results"]]
-    assert names[0] == "baseline" and "hf-sequential" in names and "hf-static-batch" in names
+    assert names == [
+        "baseline",
+        "int8",
+        "ngram",
+        f"speculative(draft={tiny_draft_dir})",
+        "hf-sequential",
+        "hf-static-batch",
+    ]
     assert payload["price_source"] and payload["usd_per_hour"] > 0 and payload["repeats"] == 2
     base = payload["results"][0]
     for row in payload["results"]:
         where = row["recipe"]
-        # Each row really ran the six requests (>= 8 output tokens each) and timed them: no zero rates.
+        # Each row really ran the six requests and timed them: no zero rates. Every request is from the
+        # two-row trace: 9 output tokens scaled to the tiny model's context, at least 8.
         assert row["requests"] == 6 and row["output_tokens"] == base["output_tokens"] >= 6 * 8, where
         assert row["wall_s"] > 0 and row["output_tokens_per_s"] == pytest.approx(row["output_tokens"] / row["wall_s"])
         assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"] <= row["wall_s"], where
@@ -66,6 +80,7 @@ def test_bench_command_json_shape(tiny_llama_dir, tiny_draft_dir, tmp_path):
         assert row["throughput_vs_baseline"] == pytest.approx(row["output_tokens_per_s"] / base["output_tokens_per_s"])
         assert row["cost_vs_baseline"] == pytest.approx(1 / row["throughput_vs_baseline"]), where
     assert base["throughput_vs_baseline"] == 1.0
+    assert plot.read_bytes().startswith(b"\x89PNG")
 
 
 def test_bench_unknown_recipe_is_a_clear_error(tiny_llama_dir):
@@ -80,23 +95,6 @@ def test_a_row_that_fails_in_its_worker_is_a_clear_error(tiny_llama_dir, tmp_pat
     )
     assert result.exit_code == 1
     assert "bench row 'speculative(draft=" in result.output and "no-such-draft" in result.output
-
-
-def test_bench_reads_a_given_trace_and_plots(tiny_llama_dir, tmp_path):
-    trace = tmp_path / "lengths.csv"
-    trace.write_text("ContextTokens,GeneratedTokens\n40,9\n80,9\n")
-    out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
-    result = CliRunner().invoke(
-        cli,
-        ["bench", "--model", str(tiny_llama_dir), "--recipes", "baseline,int8", "--no-hf", "--requests", "3"]
-        + ["--repeats", "1", "--trace", str(trace), "--json", str(out), "--plot", str(plot)],
-    )
-    assert result.exit_code == 0, result.output
-    results = json.loads(out.read_text())["results"]
-    # Every request from the two-row trace: 9 output tokens scaled to the tiny model's context, at least 8.
-    assert [r["recipe"] for r in results] == ["baseline", "int8"]
-    assert results[0]["output_tokens"] == results[1]["output_tokens"] >= 3 * 8
-    assert plot.read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize(
