@@ -9,6 +9,13 @@ import pytest
 # spin while they wait only take the CPU from the others. Set before torch (or a replica) starts one.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Keep compiled bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE=1): without
+# it every worker rewrites the asserts of all ~300 test files again at collection (about 10 s of CPU
+# each on this machine) and every replica, bench row and CLI subprocess compiles tandem's modules
+# afresh. Python checks each cached file against its source; __pycache__ is git-ignored.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 # The files that take longest (real replicas, a fresh venv, a Ray cluster), handed to the workers
