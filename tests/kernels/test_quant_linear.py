@@ -4,10 +4,18 @@ reference dequantized matmul."""
 import pytest
 import torch
 
-from tandem.kernels import QUANT_MAX_ROWS, int4_linear, int8_linear, pack_int4, quant_kernels_available
+from tandem.kernels import (
+    QUANT_MAX_ROWS,
+    int4_linear,
+    int8_kernel_max_weight,
+    int8_linear,
+    pack_int4,
+    pack_int8,
+    quant_kernels_available,
+)
 from tandem.optimize.int8 import Int8Linear
 
-pytestmark = pytest.mark.skipif(not quant_kernels_available(), reason="no VNNI int8 kernel on this machine")
+pytestmark = pytest.mark.skipif(not quant_kernels_available(), reason="no VNNI or AVX2 quantized kernel on this machine")
 
 
 @pytest.mark.parametrize("n,k,bias", [(64, 384, False), (130, 1024, True), (7, 100, False), (33, 2048, True)])
@@ -33,6 +41,28 @@ def test_int8_takes_strided_rows():
     wide = torch.randn(3, 200)
     strided = wide[:, 10:106]
     assert torch.equal(int8_linear(strided, layer.packed, None), int8_linear(strided.contiguous(), layer.packed, None))
+
+
+def test_int8_is_exact_at_the_widest_weights_and_activations_it_takes():
+    """Every product at its largest (activation byte 255 against the widest weight the CPU's kernel
+    takes; on AVX2 its int16 pair sums are then 32130, one step from saturating): exact sums."""
+    limit, k = int8_kernel_max_weight(), 64
+    q = torch.full((16, k), limit, dtype=torch.int8)
+    q[1::2] = -limit  # odd channels negative
+    packed = pack_int8(q, torch.full((16,), 1.0))
+    x = torch.ones(1, k)  # unit rows: 1.0 quantizes to byte 255 (fbgemm's [-1, 1] grid, zero point 128)
+    got = int8_linear(x, packed, None)
+    # out = (sum_k 255 w - 128 sum_k w) x (2 / 255) x w_scale, every term exact in float32
+    expected = torch.tensor([(255 - 128) * k * limit * (1 if c % 2 == 0 else -1) for c in range(16)]).float()
+    assert torch.equal(got[0], expected * packed.combined)
+
+
+def test_int8_refuses_weights_wider_than_the_kernel_multiplies_exactly():
+    limit = int8_kernel_max_weight()
+    if limit == 127:
+        pytest.skip("the VNNI kernel takes every int8 weight")
+    with pytest.raises(ValueError, match=f"at most {limit}"):
+        pack_int8(torch.full((16, 8), limit + 1, dtype=torch.int8), torch.ones(16))
 
 
 def reference_int4(x, q, scales, group, bias):

@@ -1,5 +1,6 @@
 """Small-batch quantized Linear layers on VNNI-packed weights: int8 (bit for bit fbgemm's dynamic
-path) and group-wise int4.
+path) and group-wise int4; AVX512-VNNI, or AVX2 where there is no VNNI (int8 weights then in
+[-63, 63], as int8 quantizes them on such CPUs).
 
 See csrc/quant_linear.c. Weights are packed once ([N/16] blocks of 16 output channels, 4 k per
 channel per 64-byte vector), so a step streams each weight byte once for every row of the batch,
@@ -26,6 +27,7 @@ __all__ = [
     "int8_linear",
     "int4_linear",
     "quant_kernels_available",
+    "int8_kernel_max_weight",
 ]
 
 # Rows served by the packed kernels; at more rows fbgemm's blocked GEMM (int8) wins.
@@ -38,9 +40,17 @@ _ZERO_POINT = 128
 
 
 def quant_kernels_available() -> bool:
-    """The kernels load and have their VNNI path (without it, fbgemm is faster for int8)."""
+    """The kernels load and have a vector path: AVX512-VNNI, or AVX2 (without either, fbgemm and
+    torch are faster)."""
     library = load_library()
     return library is not None and bool(library.tandem_quant_linear_fast())
+
+
+def int8_kernel_max_weight() -> int:
+    """The widest int8 weight magnitude the kernel multiplies exactly: 127 with VNNI; 63 on the
+    AVX2 path, whose u8 x s8 pair sums are int16 (255 x 63 x 2 fits, 255 x 127 x 2 does not)."""
+    library = load_library()
+    return 63 if library is not None and library.tandem_quant_linear_fast() == 2 else 127
 
 
 def _blocks(q: torch.Tensor, k_step: int) -> tuple[torch.Tensor, int, int]:
@@ -85,7 +95,11 @@ class Int4Packed:
 
 
 def pack_int8(q: torch.Tensor, w_scales: torch.Tensor) -> Int8Packed:
-    """q: [N, K] int8 weights, w_scales: [N] float32 per-channel scales (fbgemm's)."""
+    """q: [N, K] int8 weights, w_scales: [N] float32 per-channel scales (fbgemm's). Refuses weights
+    wider than this CPU's kernel multiplies exactly (int8_kernel_max_weight)."""
+    limit = int8_kernel_max_weight()
+    if q.numel() and int(q.abs().max()) > limit:
+        raise ValueError(f"int8 weights reach {int(q.abs().max())}; the kernel on this CPU takes at most {limit}")
     n, k = q.shape
     padded, n_pad, k_pad = _blocks(q, 4)
     weight = padded.view(n_pad // 16, 16, k_pad // 4, 4).permute(0, 2, 1, 3).contiguous()

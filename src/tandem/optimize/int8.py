@@ -41,6 +41,7 @@ from torch import nn
 
 from tandem.kernels import (
     QUANT_MAX_ROWS,
+    int8_kernel_max_weight,
     int8_linear,
     kernels_available,
     pack_int8,
@@ -126,7 +127,12 @@ class Int8Linear(nn.Module):
             self.weight_bytes += self.bias.numel() * 4
         # Decode batches (1-16 rows): a VNNI kernel that gives exactly fbgemm's numbers, on its own
         # packed copy of the int8 weights (fbgemm's packed copy serves prompts).
-        self.gemv = small_batch_kernel and self.fused and quant_kernels_available()
+        self.gemv = (
+            small_batch_kernel
+            and self.fused
+            and quant_kernels_available()
+            and weight_levels() <= int8_kernel_max_weight()
+        )
         self.packed: Int8Packed | None = None
         if self.gemv:
             self.packed = pack_int8(qweight.int_repr(), qweight.q_per_channel_scales().float())

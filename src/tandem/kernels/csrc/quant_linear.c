@@ -31,11 +31,31 @@
 #else
 #define HAVE_VNNI 0
 #endif
+/* AVX2 without VNNI (AMD Zen 1/2, older Xeons): vpdpbusd emulated as vpmaddubsw (pairs of u8 x s8
+ * products summed into int16, saturating) + vpmaddwd by ones. Exact for int4 (15 x 127 x 2 fits
+ * int16) and for int8 with weights in [-63, 63] (255 x 63 x 2 = 32130), the 7-bit weights int8
+ * takes on such CPUs (tandem.optimize.int8.weight_levels); pack_int8 refuses wider weights here. */
+#if !HAVE_VNNI && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define HAVE_AVX2Q 1
+#else
+#define HAVE_AVX2Q 0
+#endif
 
 #define KMAX 16384 /* widest K served (activation bytes per row on the stack) */
-#define RB 8       /* rows per register block */
+#define RB 8       /* rows per register block (VNNI: 32 vector registers) */
+#define RB2 4      /* rows per register block (AVX2: 16 vector registers) */
 
-int tandem_quant_linear_fast(void) { return HAVE_VNNI; }
+/* 1: the VNNI kernels; 2: the AVX2 kernels (int8 weights limited to [-63, 63]); 0: none fast. */
+int tandem_quant_linear_fast(void) { return HAVE_VNNI ? 1 : (HAVE_AVX2Q ? 2 : 0); }
+
+#if HAVE_AVX2Q
+/* acc + the four u8 x s8 products of each 32-bit lane (vpdpbusd on 8 lanes); see above for when
+ * the int16 pair sums are exact. */
+static inline __attribute__((always_inline)) __m256i dpbusd8(__m256i acc, __m256i u8, __m256i s8) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
+}
+#endif
 
 /* cpu_kernels.c: the per-row scaling the fbgemm path uses too, so both paths see identical rows. */
 void tandem_rows_to_unit(const float *x, int64_t x_stride, int64_t rows, int64_t width, float *dst, float *scale);
@@ -128,6 +148,55 @@ static void int8_tiles(int64_t rows, const uint8_t *xq, int64_t k_pad, const int
 #undef INT8_TILE
 #endif
 
+#if HAVE_AVX2Q
+/* int8_tile on AVX2: a 64-byte block vector is two 32-byte halves (channels 0-7, 8-15). */
+static inline __attribute__((always_inline)) void int8_tile2(const int R, const int NB, const uint8_t *xq,
+                                                             int64_t k_pad, const int8_t *w, int64_t k4s,
+                                                             int64_t nb, int32_t *raw, int64_t n_pad) {
+    __m256i acc[RB2][2][2];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < NB; b++) acc[r][b][0] = acc[r][b][1] = _mm256_setzero_si256();
+    const int8_t *wb = w + nb * k4s * 64;
+    for (int64_t s = 0; s < k4s; s++) {
+        __m256i wv[2][2];
+        for (int b = 0; b < NB; b++)
+            for (int h = 0; h < 2; h++) wv[b][h] = _mm256_loadu_si256((const __m256i *)(wb + (b * k4s + s) * 64 + 32 * h));
+        for (int r = 0; r < R; r++) {
+            const __m256i xb = _mm256_set1_epi32(*(const int32_t *)(xq + r * k_pad + 4 * s));
+            for (int b = 0; b < NB; b++)
+                for (int h = 0; h < 2; h++) acc[r][b][h] = dpbusd8(acc[r][b][h], xb, wv[b][h]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < NB; b++)
+            for (int h = 0; h < 2; h++)
+                _mm256_storeu_si256((__m256i *)(raw + r * n_pad + (nb + b) * 16 + 8 * h), acc[r][b][h]);
+}
+
+static void int8_tiles2(int64_t rows, const uint8_t *xq, int64_t k_pad, const int8_t *w, int64_t k4s, int64_t nb,
+                        int NB, int32_t *raw, int64_t n_pad) {
+    for (int64_t r0 = 0; r0 < rows; r0 += RB2) {
+        const int64_t R = rows - r0 < RB2 ? rows - r0 : RB2;
+        const int nbs = R <= 2 ? NB : 1; /* accumulators: R x nbs x 2 of the 16 registers */
+        for (int b = 0; b < NB; b += nbs) {
+            const uint8_t *x = xq + r0 * k_pad;
+            int32_t *o = raw + r0 * n_pad;
+            if (nbs == 2) {
+                if (R == 1) int8_tile2(1, 2, x, k_pad, w, k4s, nb + b, o, n_pad);
+                else int8_tile2(2, 2, x, k_pad, w, k4s, nb + b, o, n_pad);
+            } else {
+                switch (R) {
+                case 1: int8_tile2(1, 1, x, k_pad, w, k4s, nb + b, o, n_pad); break;
+                case 2: int8_tile2(2, 1, x, k_pad, w, k4s, nb + b, o, n_pad); break;
+                case 3: int8_tile2(3, 1, x, k_pad, w, k4s, nb + b, o, n_pad); break;
+                default: int8_tile2(4, 1, x, k_pad, w, k4s, nb + b, o, n_pad); break;
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* Output blocks [blk_lo, blk_hi) of an int8 layer, rows already quantized: raw int32 sums, then
  * out[m][n] = float(raw - zp_col[n]) * combined[n] for n < N. */
 static void int8_blocks(int64_t rows, const uint8_t *xq, int64_t k_pad, const int8_t *w, const int32_t *zp_col,
@@ -139,6 +208,10 @@ static void int8_blocks(int64_t rows, const uint8_t *xq, int64_t k_pad, const in
 #if HAVE_VNNI
     for (; nb + NB <= blk_hi; nb += NB) int8_tiles(rows, xq, k_pad, w, k4s, nb, NB, raw, n_pad);
     for (; nb < blk_hi; nb++) int8_tiles(rows, xq, k_pad, w, k4s, nb, 1, raw, n_pad);
+#elif HAVE_AVX2Q
+    (void)NB;
+    for (; nb + 2 <= blk_hi; nb += 2) int8_tiles2(rows, xq, k_pad, w, k4s, nb, 2, raw, n_pad);
+    for (; nb < blk_hi; nb++) int8_tiles2(rows, xq, k_pad, w, k4s, nb, 1, raw, n_pad);
 #else
     for (; nb < blk_hi; nb++)
         for (int64_t m = 0; m < rows; m++)
@@ -255,7 +328,83 @@ static void int4_tiles(int64_t rows, const int8_t *xq, int64_t k_pad, const int3
 #undef INT4_TILE
 #endif
 
-#if !HAVE_VNNI
+#if HAVE_AVX2Q
+/* int4_tile on AVX2: per step a block's low and high nibbles each meet their 4 activation bytes;
+ * the two int16 pair sums (at most 2 x 15 x 127 x 2 = 7620) add before widening to int32. */
+static inline __attribute__((always_inline)) void int4_tile2(const int R, const int NB, const int8_t *xq,
+                                                             int64_t k_pad, const int32_t *gsum, int64_t groups,
+                                                             const Int4Layer *L, int64_t nb, float *acc_out,
+                                                             int64_t n_pad) {
+    const int64_t k8s = k_pad / 8, steps = L->group / 8;
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 accf[RB2][2][2];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < NB; b++) accf[r][b][0] = accf[r][b][1] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        __m256i dot[RB2][2][2];
+        for (int r = 0; r < R; r++)
+            for (int b = 0; b < NB; b++) dot[r][b][0] = dot[r][b][1] = _mm256_setzero_si256();
+        for (int64_t j = g * steps; j < (g + 1) * steps; j++) {
+            __m256i wl[2][2], wh[2][2];
+            for (int b = 0; b < NB; b++)
+                for (int h = 0; h < 2; h++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(L->w + ((nb + b) * k8s + j) * 64 + 32 * h));
+                    wl[b][h] = _mm256_and_si256(v, low);
+                    wh[b][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                }
+            for (int r = 0; r < R; r++) {
+                const int32_t *x32 = (const int32_t *)(xq + r * k_pad);
+                const __m256i xl = _mm256_set1_epi32(x32[2 * j]), xh = _mm256_set1_epi32(x32[2 * j + 1]);
+                for (int b = 0; b < NB; b++)
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl[b][h], xl),
+                                                               _mm256_maddubs_epi16(wh[b][h], xh));
+                        dot[r][b][h] = _mm256_add_epi32(dot[r][b][h], _mm256_madd_epi16(pairs, ones));
+                    }
+            }
+        }
+        for (int b = 0; b < NB; b++)
+            for (int h = 0; h < 2; h++) {
+                const __m256 s = _mm256_cvtph_ps(
+                    _mm_loadu_si128((const __m128i *)(L->scales + ((nb + b) * groups + g) * 16 + 8 * h)));
+                for (int r = 0; r < R; r++) {
+                    const __m256i corr = _mm256_set1_epi32(8 * gsum[r * groups + g]);
+                    const __m256i d = _mm256_sub_epi32(dot[r][b][h], corr);
+                    accf[r][b][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, accf[r][b][h]);
+                }
+            }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < NB; b++)
+            for (int h = 0; h < 2; h++) _mm256_storeu_ps(acc_out + r * n_pad + (nb + b) * 16 + 8 * h, accf[r][b][h]);
+}
+
+static void int4_tiles2(int64_t rows, const int8_t *xq, int64_t k_pad, const int32_t *gsum, int64_t groups,
+                        const Int4Layer *L, int64_t nb, int NB, float *acc, int64_t n_pad) {
+    for (int64_t r0 = 0; r0 < rows; r0 += RB2) {
+        const int64_t R = rows - r0 < RB2 ? rows - r0 : RB2;
+        const int nbs = R <= 2 ? NB : 1;
+        for (int b = 0; b < NB; b += nbs) {
+            const int8_t *x = xq + r0 * k_pad;
+            const int32_t *gs = gsum + r0 * groups;
+            float *o = acc + r0 * n_pad;
+            if (nbs == 2) {
+                if (R == 1) int4_tile2(1, 2, x, k_pad, gs, groups, L, nb + b, o, n_pad);
+                else int4_tile2(2, 2, x, k_pad, gs, groups, L, nb + b, o, n_pad);
+            } else {
+                switch (R) {
+                case 1: int4_tile2(1, 1, x, k_pad, gs, groups, L, nb + b, o, n_pad); break;
+                case 2: int4_tile2(2, 1, x, k_pad, gs, groups, L, nb + b, o, n_pad); break;
+                case 3: int4_tile2(3, 1, x, k_pad, gs, groups, L, nb + b, o, n_pad); break;
+                default: int4_tile2(4, 1, x, k_pad, gs, groups, L, nb + b, o, n_pad); break;
+                }
+            }
+        }
+    }
+}
+#endif
+
+#if !HAVE_VNNI && !HAVE_AVX2Q
 static float fp16_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     float f;
@@ -280,6 +429,9 @@ static void int4_blocks(int64_t rows, const int8_t *xq, const int32_t *gsum, con
     const int NB = 4;
     for (; nb + NB <= blk_hi; nb += NB) int4_tiles(rows, xq, k_pad, gsum, groups, L, nb, NB, acc, n_pad);
     for (; nb < blk_hi; nb++) int4_tiles(rows, xq, k_pad, gsum, groups, L, nb, 1, acc, n_pad);
+#elif HAVE_AVX2Q
+    for (; nb + 2 <= blk_hi; nb += 2) int4_tiles2(rows, xq, k_pad, gsum, groups, L, nb, 2, acc, n_pad);
+    for (; nb < blk_hi; nb++) int4_tiles2(rows, xq, k_pad, gsum, groups, L, nb, 1, acc, n_pad);
 #else
     const int64_t k8s = k_pad / 8;
     for (; nb < blk_hi; nb++)
