@@ -11,7 +11,7 @@ from tandem.model.forward_batch import ForwardBatch
 from tandem.model.transformer import KVCache
 from tandem.optimize import apply_recipe
 
-pytestmark = pytest.mark.skipif(not quant_kernels_available(), reason="no VNNI or AVX2 quantized kernels on this machine")
+pytestmark = pytest.mark.skipif(not quant_kernels_available(), reason="no quantized kernels (VNNI, AVX2) here")
 
 
 BLOCK = 16

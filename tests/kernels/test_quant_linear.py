@@ -15,7 +15,7 @@ from tandem.kernels import (
 )
 from tandem.optimize.int8 import Int8Linear
 
-pytestmark = pytest.mark.skipif(not quant_kernels_available(), reason="no VNNI or AVX2 quantized kernel on this machine")
+pytestmark = pytest.mark.skipif(not quant_kernels_available(), reason="no quantized kernels (VNNI, AVX2) here")
 
 
 @pytest.mark.parametrize("n,k,bias", [(64, 384, False), (130, 1024, True), (7, 100, False), (33, 2048, True)])
