@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 # The files that take longest (real replicas, a fresh venv, a Ray cluster), handed to the workers
 # first so that none is left running alone at the end (longest first packs two workers best).
 LONGEST_FIRST = (
-    "test_wheel.py", "gate/test_cli.py", "cluster/test_ray_cluster.py", "gateway/test_resume_live.py",
-    "serve/test_structured.py", "optimize/test_bench.py", "gateway/test_gate_live.py", "gateway/test_fleet_payoff.py",
-    "gateway/test_tenants_live.py", "gateway/test_kv_routing_live.py", "gateway/test_scaling.py",
-    "gateway/test_traversal.py", "gateway/test_operator_errors.py", "serve/test_costly_requests.py",
-    "optimize/test_adaptive.py", "gateway/test_run.py", "gateway/test_usage_restart.py", "gateway/test_fleet_live.py",
-    "gateway/test_faults.py", "gateway/test_liveness.py", "zoo/test_bundled_models.py", "engine/test_kv_blocks.py",
-    "test_readme.py", "optimize/test_speculative.py", "gateway/test_slow_stream.py", "serve/test_errors.py",
+    "cluster/test_ray_cluster.py", "gate/test_cli.py", "test_wheel.py", "gateway/test_resume_live.py",
+    "optimize/test_bench.py", "gateway/test_gate_live.py", "gateway/test_operator_errors.py", "gateway/test_run.py",
+    "gateway/test_scaling.py", "gateway/test_slow_stream.py", "gateway/test_faults.py", "serve/test_structured.py",
+    "gateway/test_fleet_payoff.py", "gateway/test_usage_restart.py", "gateway/test_tenants_live.py",
+    "gateway/test_kv_routing_live.py", "serve/test_costly_requests.py", "gateway/test_traversal.py",
+    "gateway/test_fleet_live.py", "optimize/test_adaptive.py", "gateway/test_liveness.py", "zoo/test_bundled_models.py",
+    "engine/test_kv_blocks.py", "test_readme.py", "optimize/test_speculative.py", "serve/test_errors.py",
     "serve/test_fuzz.py", "gateway/test_schema_fuzz.py", "gateway/test_external_variants.py",
 )  # fmt: skip
 
