@@ -52,10 +52,11 @@ def parse_load(replica: Replica, payload: Any) -> ReplicaLoad:
             waiting=int(payload["waiting"]),
             kv_used=float(payload["kv_used"]),
             healthy=bool(payload["healthy"]),
+            prefill_tokens=int(payload.get("prefill_tokens", 0)),  # older replicas do not report it: 0
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed load report ({exc})") from None
-    if load.running < 0 or load.waiting < 0 or not 0.0 <= load.kv_used <= 1.0:
+    if load.running < 0 or load.waiting < 0 or load.prefill_tokens < 0 or not 0.0 <= load.kv_used <= 1.0:
         raise ValueError(f"impossible load report {payload}")
     return load
 

@@ -44,7 +44,7 @@ from tandem.edge.streams import ClientDisconnected, until_disconnect
 from tandem.gateway.kv_feed import kv_route
 from tandem.gateway.liveness import RequestTimeout, Unresponsive
 from tandem.gateway.metrics import NO_VARIANT
-from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver
+from tandem.gateway.observers import NO_REQUEST_OBSERVER, RequestObserver, estimate_prompt_tokens, prompt_text
 from tandem.gateway.relay import Relay, RelayResponse, failure_kind
 from tandem.gateway.resumer import TOKEN_IDS_HEADER, Resumer, health_probe
 from tandem.gateway.tenant_app import fair_acquire
@@ -67,21 +67,6 @@ _WAKE_AT_LEAST_EVERY_S = 0.5  # a buffered request re-checks this often even if 
 
 def error_response(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return api_error_response(APIError(status, message, code=code, headers=headers))
-
-
-def _prompt_text(payload: Any) -> str:
-    """The request's prompt as text (for prefix-affinity routing and a rough demand estimate)."""
-    if not isinstance(payload, dict):
-        return ""
-    prompt = payload.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        return prompt[0]
-    messages = payload.get("messages")
-    if isinstance(messages, list):
-        return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-    return ""
 
 
 def _usage(content: bytes) -> tuple[int, int]:
@@ -171,10 +156,10 @@ async def _serve(
     if payload is NO_BODY:
         payload = {}  # not JSON (another Content-Type) or empty: the replica answers with its own 400
     stream = isinstance(payload, dict) and bool(payload.get("stream"))
-    prompt = _prompt_text(payload)
-    prompt_tokens = len(prompt) // 4  # a rough estimate for streams (their usage is not always sent)
+    prompt = prompt_text(payload)
+    prompt_tokens = estimate_prompt_tokens(payload)  # rough: for streams (their usage is not always sent), budgets
     headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED}
-    route = RouteRequest(region=request.headers.get(REGION_HEADER), prefix=prompt)
+    route = RouteRequest(region=request.headers.get(REGION_HEADER), prefix=prompt, prompt_tokens=prompt_tokens)
     kv_ids = None
     if gw.fleet.kv is not None:  # kv-aware: what each replica holds of this prompt (tandem.gateway.kv_feed)
         route, kv_ids = await kv_route(

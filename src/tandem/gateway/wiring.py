@@ -5,7 +5,8 @@ the proxy and the admin API share:
   the scheduling metrics, the variants;
 - `dispatcher` (tandem.schedule.dispatch): which replica serves a request, breakers, fallback;
 - `upstream` (tandem.gateway.upstream): the HTTP client to replicas, its timeouts and liveness;
-- `observer` (tandem.gateway.observers): told what happens to each request (shadow traffic is one);
+- `observer` (tandem.gateway.observers): told what happens to each request (shadow traffic is one; the
+  capacity policy's demand feed another, with its admission around the router: tandem.gateway.slo_admission);
 - `requests` (tandem.gateway.metrics): the client-facing request metrics.
 
 Each fleet has its own secret (`new_fleet_secret`): the gateway sends it to its replicas on every
@@ -44,6 +45,7 @@ from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.observers import NO_OBSERVER, Observer, Observers
 from tandem.gateway.replica_metrics import ReplicaMetrics
 from tandem.gateway.shadow import GatewayShadow
+from tandem.gateway.slo_admission import feed_policy
 from tandem.gateway.upstream import Upstream
 from tandem.schedule.breaker import BreakerBoard
 from tandem.schedule.controller import Controller
@@ -175,12 +177,14 @@ def build_gateway(
         stream_idle_timeout_s=stream_idle_timeout_s, fleet_secret=fleet_secret, liveness=liveness,
         max_resumes=max_resumes,
     )  # fmt: skip
-    return Gateway(
+    gateway = Gateway(
         deployment, fleet, dispatcher, upstream, GatewayMetrics(registry), registry, clock=clock,
         observer=Observers([shadow]) if shadow is not None else NO_OBSERVER, shadow=shadow,
         buffer_timeout_s=buffer_timeout_s, shutdown_timeout_s=shutdown_timeout_s,
         replica_metrics=ReplicaMetrics(registry, lambda: controller.pools),
     )  # fmt: skip
+    feed_policy(gateway)  # capacity with a TTFT SLO: its admission and live demand (tandem.gateway.slo_admission)
+    return gateway
 
 
 def default_log_dir(now: Callable[[], float] = time.time) -> Path:

@@ -41,17 +41,18 @@ def estimate(replica: Replica, report: LoadReport | None, inflight: int, reachab
 
     Outstanding requests (running + waiting) are the report's plus what the gateway sent since minus
     what finished, and never fewer than the gateway has in flight there now. New requests count as
-    running (the engine admits them at its next step) unless the report had a queue; KV use is the
-    report's. Healthy: READY, not just refused a connection, and (if it reported) says so itself.
+    running (the engine admits them at its next step) unless the report had a queue; KV use and the prompt
+    tokens still to prefill are the report's. Healthy: READY, not just refused a connection, and (if it
+    reported) says so itself.
     """
     healthy = replica.state is ReplicaState.READY and reachable
     if report is None:
-        running, waiting, kv_used, source = inflight, 0, 0.0, GATEWAY_INFLIGHT
+        running, waiting, kv_used, source, prefill = inflight, 0, 0.0, GATEWAY_INFLIGHT, 0
     else:
         r = report.load
         outstanding = max(inflight, r.running + r.waiting + inflight - report.inflight)
         waiting = min(r.waiting, outstanding)
-        running, kv_used, source = outstanding - waiting, r.kv_used, r.source
+        running, kv_used, source, prefill = outstanding - waiting, r.kv_used, r.source, r.prefill_tokens
         healthy = healthy and r.healthy
     return ReplicaLoad(
         replica_id=replica.replica_id,
@@ -62,6 +63,7 @@ def estimate(replica: Replica, report: LoadReport | None, inflight: int, reachab
         kv_used=kv_used,
         healthy=healthy,
         source=source,
+        prefill_tokens=prefill,
     )
 
 
@@ -163,6 +165,11 @@ class DemandMeter:
             self._lengths.setdefault(variant, deque(maxlen=self._lengths_kept)).append(output_tokens)
         if within_slo is not None:
             self._outcomes.setdefault(variant, deque()).append((now, within_slo))
+
+    def outcome(self, variant: str, now: float, within_slo: bool) -> None:
+        """Whether one finished request met the SLO, apart from its tokens (a gateway judges it where it relays
+        the answer; its dispatcher records the tokens)."""
+        self._outcomes.setdefault(variant, deque()).append((now, within_slo))
 
     def arrive(self, variant: str, now: float, prompt_tokens: int) -> None:
         """One request arrived for `variant` with this many prompt tokens."""
