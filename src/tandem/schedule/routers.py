@@ -133,21 +133,23 @@ class AdmissionCap:
         if tokens is None:
             return self.inner.choose(request, replicas)
         now = self.clock() if self.clock is not None else None
-        due: dict[str, float] = {}
         kept = []
-        for r in replicas:
-            prompt = uncached_tokens(request, r.replica_id)  # what r would prefill of it
-            if not tokens.admits(r.prefill_tokens, prompt):
+        for r in replicas:  # a hot loop (the simulator asks it per queued request and replica): the cheap tests first
+            prompt = request.prompt_tokens if request.kv is None else uncached_tokens(request, r.replica_id)
+            if r.prefill_tokens > 0 and not tokens.admits(r.prefill_tokens, prompt):
                 continue
-            if now is not None:
-                after = paced(self.due.get(r.replica_id), now, prompt, tokens.pace(r.running), tokens.tokens)
-                if after is None:
-                    continue
-                due[r.replica_id] = after
+            due = self.due.get(r.replica_id) if now is not None else None
+            if due is not None and due > now and paced(due, now, prompt, tokens.pace(r.running), tokens.tokens) is None:
+                continue
             kept.append(r)
         choice = self.inner.choose(request, kept)
-        if choice is not None and choice.replica_id in due:
-            self.due[choice.replica_id] = due[choice.replica_id]
+        if choice is not None and now is not None:
+            prompt = request.prompt_tokens if request.kv is None else uncached_tokens(request, choice.replica_id)
+            after = paced(self.due.get(choice.replica_id), now, prompt, tokens.pace(choice.running), tokens.tokens)
+            if after is not None:
+                self.due[choice.replica_id] = after
+            if len(self.due) > 4 * len(replicas) + 64:  # forget replicas long paid off (gone ones among them)
+                self.due = {rid: due for rid, due in self.due.items() if due > now}
         return choice
 
 
