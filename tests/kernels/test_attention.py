@@ -14,14 +14,14 @@ pytestmark = pytest.mark.skipif(not kernels_available(), reason="C kernels not b
 
 def gathered(cache, table, length):
     """[kv_heads, length, head_dim]: a row's keys (or values) in position order, through its table."""
-    blocks = cache[torch.tensor(table)]  # [blocks, kv_heads, block_size, head_dim]
-    return blocks.transpose(0, 1).reshape(cache.shape[1], -1, cache.shape[3])[:, :length]
+    blocks = cache[:, torch.tensor(table)]  # [kv_heads, blocks, block_size, head_dim]
+    return blocks.reshape(cache.shape[0], -1, cache.shape[3])[:, :length]
 
 
 def reference(q, keys, values, rows, window):
     out = []
     for offset, length, table, start in rows:
-        group = q.shape[1] // keys.shape[1]
+        group = q.shape[1] // keys.shape[0]
         k = gathered(keys, table, start + length).float().repeat_interleave(group, 0)
         v = gathered(values, table, start + length).float().repeat_interleave(group, 0)
         pos = torch.arange(start, start + length)[:, None]
@@ -38,8 +38,8 @@ def run_case(rows_spec, heads, kv_heads, head_dim, cache_dtype, window, strided_
     gen = torch.Generator().manual_seed(len(rows_spec) * 31 + heads)
     per_row = -(-600 // block_size)
     num_blocks = len(rows_spec) * per_row
-    keys = torch.randn(num_blocks, kv_heads, block_size, head_dim, generator=gen).to(cache_dtype)
-    values = torch.randn(num_blocks, kv_heads, block_size, head_dim, generator=gen).to(cache_dtype)
+    keys = torch.randn(kv_heads, num_blocks, block_size, head_dim, generator=gen).to(cache_dtype)
+    values = torch.randn(kv_heads, num_blocks, block_size, head_dim, generator=gen).to(cache_dtype)
     total = sum(length for length, _ in rows_spec)
     if strided_q:  # q as the model has it: a view into the fused q|k|v projection
         q = torch.randn(total, heads + 2 * kv_heads, head_dim, generator=gen)[:, :heads]
@@ -85,14 +85,14 @@ def test_other_head_dims_block_sizes_and_contiguous_queries():
 
 
 def test_bfloat16_queries_come_back_in_bfloat16():
-    keys = values = torch.randn(2, 1, 16, 8)
+    keys = values = torch.randn(1, 2, 16, 8)  # one kv head, two blocks
     q = torch.randn(3, 2, 8).to(torch.bfloat16)
     idx = torch.tensor([0]), torch.tensor([3]), torch.tensor([[1]]), torch.tensor([2])
     out = varlen_attention(q, keys, values, *idx)
     assert out.dtype == torch.bfloat16 and out.shape == (3, 2, 8)
     # The first token sees keys 0..2 of block 1 only: a softmax-weighted mix of those values.
-    weights = torch.softmax(q[0].float() @ keys[1, 0, :3].T / math.sqrt(8), dim=-1)
-    torch.testing.assert_close(out[0].float(), weights @ values[1, 0, :3], atol=2e-2, rtol=2e-2)
+    weights = torch.softmax(q[0].float() @ keys[0, 1, :3].T / math.sqrt(8), dim=-1)
+    torch.testing.assert_close(out[0].float(), weights @ values[0, 1, :3], atol=2e-2, rtol=2e-2)
 
 
 def test_rejects_caches_it_cannot_read():
@@ -108,7 +108,7 @@ def test_rejects_caches_it_cannot_read():
 
 
 def test_refuses_block_tables_that_do_not_cover_the_rows():
-    keys = torch.zeros(4, 1, 16, 8)
+    keys = torch.zeros(1, 4, 16, 8)
     q = torch.randn(1, 2, 8)
     with pytest.raises(ValueError, match="does not cover"):  # position 16 needs a second block
         varlen_attention(q, keys, keys, torch.tensor([0]), torch.tensor([1]), torch.tensor([[0]]), torch.tensor([16]))

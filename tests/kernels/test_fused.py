@@ -20,7 +20,7 @@ def test_rope_and_cache_rotates_in_place_and_stores_keys_and_values(cache_dtype)
     positions = positions + 100 * (torch.arange(n) // 5)  # distinct (slot, position) pairs
     angles = torch.rand(n, head_dim // 2, generator=gen) * 6
     cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
-    keys = torch.zeros(5, kv_heads, 1500, head_dim, dtype=cache_dtype)
+    keys = torch.zeros(kv_heads, 5, 1500, head_dim, dtype=cache_dtype)  # head-major: [kv heads, blocks, ...]
     values = torch.zeros_like(keys)
     expected_qk = apply_rope(qkv[:, : (heads + kv_heads) * head_dim].view(n, -1, head_dim), cos[:, None], sin[:, None])
     v = qkv[:, (heads + kv_heads) * head_dim :].view(n, kv_heads, head_dim).clone()
@@ -28,8 +28,8 @@ def test_rope_and_cache_rotates_in_place_and_stores_keys_and_values(cache_dtype)
     rotated = qkv[:, : (heads + kv_heads) * head_dim].view(n, -1, head_dim)
     torch.testing.assert_close(rotated, expected_qk)
     # The rotated keys are stored as torch's .to(cache dtype) stores them (bfloat16: round to nearest even).
-    assert torch.equal(keys[slots, :, positions], rotated[:, heads:].to(cache_dtype))
-    assert torch.equal(values[slots, :, positions], v.to(cache_dtype))
+    assert torch.equal(keys[:, slots, positions].transpose(0, 1), rotated[:, heads:].to(cache_dtype))
+    assert torch.equal(values[:, slots, positions].transpose(0, 1), v.to(cache_dtype))
 
 
 def test_rms_norm_with_and_without_the_residual_add():

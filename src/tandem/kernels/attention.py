@@ -1,6 +1,7 @@
 """Varlen decode attention over a paged KV cache: each row reads only its own keys, through its block table.
 
-The cache is a pool of fixed-size blocks ([blocks, kv_heads, block_size, head_dim] per layer); a
+The cache is a pool of fixed-size blocks, head-major ([kv_heads, blocks, block_size, head_dim] per
+layer: a sequence's blocks taken in order are one stream per kv head); a
 row's keys are wherever its sequence's block table says (blocks shared by sequences with one prefix
 are read in place). The torch path (tandem.model.transformer) gathers the rows' blocks and masks;
 this kernel takes every cached row in one call, whatever its length or number of new tokens.
@@ -29,7 +30,7 @@ def varlen_attention(
 ) -> torch.Tensor:
     """q: [N, heads, head_dim], the new tokens of every row laid out flat; row r's lengths[r] tokens
     start at q[offsets[r]] and sit at positions starts[r].. of its sequence, whose position p is in
-    block tables[r, p // block_size] at offset p % block_size (keys/values: [blocks, kv_heads,
+    block tables[r, p // block_size] at offset p % block_size (keys/values: [kv_heads, blocks,
     block_size, head_dim], float32 or bfloat16; tables: [R, W] long, W blocks covering every row's
     starts[r] + lengths[r] positions), the new tokens' keys and values already written.
     Returns [N, heads, head_dim] in q's dtype: causal attention of each token over its row's keys."""
@@ -37,7 +38,7 @@ def varlen_attention(
     if library is None:
         raise RuntimeError("the C kernels are not available (see the warning when they were loaded)")
     n, heads, head_dim = q.shape
-    num_blocks, kv_heads, block_size, _ = keys.shape
+    kv_heads, num_blocks, block_size, _ = keys.shape
     check_kv_cache(keys, values)
     if heads % kv_heads or head_dim > 256:
         raise ValueError(f"unsupported shape: {heads} heads, {kv_heads} kv heads, head_dim {head_dim}")
@@ -69,6 +70,7 @@ def varlen_attention(
         kv_heads,
         head_dim,
         block_size,
+        num_blocks,
         sliding_window or 0,
         1.0 / math.sqrt(head_dim),
     )

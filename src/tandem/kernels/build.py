@@ -54,10 +54,10 @@ LIBS = ["-lmvec", "-lm"]
 
 _P, _I, _INT, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES = {
-    "tandem_varlen_attention": [_P, _I, _P, _P, _P, _INT, _I, _P, _P, _P, _P, _I, _INT, _INT, _INT, _I, _I, _F],
+    "tandem_varlen_attention": [_P, _I, _P, _P, _P, _INT, _I, _P, _P, _P, _P, _I, _INT, _INT, _INT, _I, _I, _I, _F],
     "tandem_rows_to_unit": [_P, _I, _I, _I, _P, _P],
     "tandem_scale_rows": [_P, _I, _I, _P, _P],
-    "tandem_rope_and_cache": [_P, _I, _I, _P, _P, _P, _P, _P, _P, _INT, _INT, _INT, _INT, _I],
+    "tandem_rope_and_cache": [_P, _I, _I, _P, _P, _P, _P, _P, _P, _INT, _INT, _INT, _INT, _I, _I],
     "tandem_rms_norm": [_P, _P, _P, _P, _I, _I, _F],
     "tandem_silu_mul": [_P, _P, _I, _I],
     "tandem_quant_linear_fast": [],

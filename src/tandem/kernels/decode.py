@@ -74,6 +74,7 @@ class _Model(ctypes.Structure):
         ("head_dim", _I),
         ("inter", _I),
         ("block_size", _I),
+        ("num_blocks", _I),
         ("window", _I),
         ("cache_bf16", _I),
         ("zp", _I),
@@ -127,7 +128,7 @@ class DecodePlan:
     @classmethod
     def build(cls, blocks, config, keys: list[torch.Tensor], values: list[torch.Tensor]) -> DecodePlan | None:
         """blocks: the transformer's layers (attention: qkv_proj, o_proj; mlp: gate_up_proj, down_proj;
-        input_layernorm, post_attention_layernorm); keys/values: each layer's paged cache ([blocks, kv_heads,
+        input_layernorm, post_attention_layernorm); keys/values: each layer's paged cache ([kv_heads, blocks,
         block_size, head_dim]). None when some
         layer cannot run fused."""
         if kernel_library() is None or not blocks:
@@ -149,6 +150,7 @@ class DecodePlan:
             config.head_dim,
             config.intermediate_size,
             keys[0].shape[2],
+            keys[0].shape[1],
             config.sliding_window or 0,
             int(keys[0].dtype == torch.bfloat16),
             _ZERO_POINT,

@@ -31,10 +31,10 @@ def rope_and_cache(
 ) -> None:
     """qkv: [N, (heads + 2 kv_heads) * head_dim], the fused projection. Rotates its q and k parts in
     place (cos/sin: [N, head_dim], each token's rows of the rotary tables) and writes k and v to the
-    paged cache (keys/values: [blocks, kv_heads, block_size, head_dim], float32 or bfloat16) in each
+    paged cache (keys/values: [kv_heads, blocks, block_size, head_dim], float32 or bfloat16) in each
     token's block, at its offset inside the block."""
     n = qkv.shape[0]
-    _, kv_heads, block_size, head_dim = keys.shape
+    kv_heads, num_blocks, block_size, head_dim = keys.shape
     if qkv.dtype != torch.float32 or qkv.stride(-1) != 1 or qkv.shape[1] != (heads + 2 * kv_heads) * head_dim:
         raise ValueError("qkv must be float32 [N, (heads + 2 kv_heads) * head_dim] with unit column stride")
     for name, table in (("cos", cos), ("sin", sin)):
@@ -58,6 +58,7 @@ def rope_and_cache(
         kv_heads,
         head_dim,
         block_size,
+        num_blocks,
     )
 
 

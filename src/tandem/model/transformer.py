@@ -20,12 +20,14 @@ __all__ = ["Transformer", "KVCache"]
 
 
 class KVCache:
-    """Preallocated keys and values, paged: per layer a [blocks, kv_heads, block_size, head_dim]
+    """Preallocated keys and values, paged: per layer a [kv_heads, blocks, block_size, head_dim]
     tensor each, one pool of blocks shared by every sequence (their block tables say which blocks
-    hold a sequence's positions)."""
+    hold a sequence's positions). Head-major: a sequence's blocks, taken in order from the pool, are
+    one contiguous stream per kv head, which decode attention reads at the memory's streaming speed
+    (blocks outermost gave 4 KB runs 48 KB apart: 26% slower at 1536 keys on an AVX2 host)."""
 
     def __init__(self, config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype) -> None:
-        shape = (num_blocks, config.num_key_value_heads, block_size, config.head_dim)
+        shape = (config.num_key_value_heads, num_blocks, block_size, config.head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
         self.k = [torch.zeros(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.v = [torch.zeros(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
@@ -102,9 +104,9 @@ class Attention(nn.Module):
             # q and k sit side by side in the fused output: rotate both in one pass.
             qk = apply_rope(qkv[:, : q_dim + kv_dim].view(n, self.heads + self.kv_heads, self.head_dim), cos, sin)
             q, k = qk[:, : self.heads], qk[:, self.heads :]
-            # Advanced indices around a slice: the indexed view is [N, kv_heads, head_dim], k's layout.
-            keys[batch.write_blocks, :, batch.write_offsets] = k.to(keys.dtype)
-            values[batch.write_blocks, :, batch.write_offsets] = v.to(values.dtype)
+            # Adjacent advanced indices after the head dim: the indexed view is [kv_heads, N, head_dim].
+            keys[:, batch.write_blocks, batch.write_offsets] = k.transpose(0, 1).to(keys.dtype)
+            values[:, batch.write_blocks, batch.write_offsets] = v.transpose(0, 1).to(values.dtype)
         if len(batch.groups) == 1:
             out = self._attend(batch.groups[0], q, k, v, keys, values)
         else:
@@ -155,15 +157,13 @@ class Attention(nn.Module):
             return out[0].transpose(0, 1)
         rows, t = group.num_rows, group.num_new
         kv, group_size = self.kv_heads, self.heads // self.kv_heads
-        # Each row's blocks gathered into [rows, kv_heads, key_len, head_dim]: index_select copies
-        # whole blocks (6x faster than advanced indexing here, which copies element by element).
+        # Each row's blocks gathered into [rows, kv_heads, key_len, head_dim]: one index_select
+        # copies whole blocks per kv head (advanced indexing copied element by element, 6x slower),
+        # and the head-major cache needs no second copy to bring a row's blocks together.
         width, block_size = group.tables.shape[1], keys.shape[2]
         flat = group.tables.view(-1)
         keys, values = (
-            cache.index_select(0, flat)
-            .view(rows, width, kv, block_size, -1)
-            .transpose(1, 2)
-            .reshape(rows, kv, width * block_size, -1)[:, :, : group.key_len]
+            cache.index_select(1, flat).view(kv, rows, width * block_size, -1).transpose(0, 1)[:, :, : group.key_len]
             for cache in (keys, values)
         )
         # Stack the query heads that share a kv head (and their T positions) as that kv head's

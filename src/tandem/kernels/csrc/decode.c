@@ -20,14 +20,15 @@
 int tandem_threads(void);
 void tandem_scale_row(float *o, int64_t lo, int64_t hi, float s, const float *bias);
 void tandem_rope_cache_token(float *row, const float *c, const float *s, int64_t position, int64_t slot, void *k_cache,
-                             void *v_cache, int cache_bf16, int heads, int kv_heads, int head_dim, int64_t max_len);
+                             void *v_cache, int cache_bf16, int heads, int kv_heads, int head_dim, int64_t max_len,
+                             int64_t num_blocks);
 void tandem_rms_norm_row(float *xr, const float *res, const float *weight, float *o, int64_t width, float eps);
 void tandem_silu_mul_row(const float *g, float *o, int64_t inter);
 void *tandem_attend_scratch(void);
 void tandem_attend(void *w, const float *q, int64_t q_token_stride, float *out, const void *k_cache,
                    const void *v_cache, int cache_bf16, int64_t row_offset, int64_t row_len, const int64_t *row_table,
-                   int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t block_size, int64_t window,
-                   float scale);
+                   int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t block_size,
+                   int64_t num_blocks, int64_t window, float scale);
 /* quant_linear.c */
 void tandem_share(int64_t blocks, int t, int threads, int64_t *lo, int64_t *hi);
 void tandem_int8_quantize(const float *x, int64_t x_stride, int64_t rows, int64_t K, int64_t k_pad, float a_inv,
@@ -59,7 +60,7 @@ typedef struct {
 } DecodeLayer;
 
 typedef struct {
-    int64_t n_layers, hidden, heads, kv_heads, head_dim, inter, block_size, window, cache_bf16, zp;
+    int64_t n_layers, hidden, heads, kv_heads, head_dim, inter, block_size, num_blocks, window, cache_bf16, zp;
     double eps, a_inv, attn_scale;
     const DecodeLayer *layers;
 } DecodeModel;
@@ -169,13 +170,13 @@ int tandem_decode_layers(const DecodeModel *m, float *x, int64_t n, const float 
             for (int64_t i = 0; i < n; i++)
                 tandem_rope_cache_token(qkv + i * QKV, cos + i * hd, sin + i * hd, offsets[i], blocks[i], L->k_cache,
                                         L->v_cache, (int)m->cache_bf16, (int)m->heads, (int)m->kv_heads, (int)hd,
-                                        m->block_size);
+                                        m->block_size, m->num_blocks);
 #pragma omp for schedule(dynamic, 1)
             for (int64_t item = 0; item < num_rows * m->kv_heads; item++) {
                 const int64_t r = item / m->kv_heads;
                 tandem_attend(scratch, qkv, QKV, att, L->k_cache, L->v_cache, (int)m->cache_bf16, row_offsets[r],
                               row_lens[r], tables + r * table_stride, row_starts[r], (int)(item % m->kv_heads),
-                              (int)m->heads, (int)m->kv_heads, (int)hd, m->block_size, m->window,
+                              (int)m->heads, (int)m->kv_heads, (int)hd, m->block_size, m->num_blocks, m->window,
                               (float)m->attn_scale);
             }
             linear_share(m, &L->o, att, n, o, NULL, &p, t, threads);
