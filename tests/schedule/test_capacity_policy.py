@@ -203,3 +203,14 @@ def test_the_arrival_counters_show_a_burst_shorter_than_the_demand_window_at_its
     assert ticks[198] == windows[198] == 2  # before the burst: 1 replica's work + square-root staffing
     assert ticks[220] >= 8 and windows[220] <= 6  # the room the burst left behind
     assert ticks[398] == ticks[220]  # held for the next, within the memory
+
+
+def test_paced_room_counts_a_bursts_prompts_at_the_gateways_pace():
+    from tandem.schedule.policies.capacity import _paced_cost
+
+    prof = profile({1: 25.0, 16: 400.0}, prefill=5000.0)  # 40 ms an iteration: the pace is 60% of 5,000 tokens/s
+    cap = slo_capacity(prof, 0.1)
+    # 2 replicas' work, 1 of them prefilling 5,000 tokens/s: that one costs 1 / 0.6 replicas at the pace
+    assert _paced_cost(prof, cap, 0.1, 5000.0, 2.0) == pytest.approx((1 + 1 / 0.6) / 2)
+    assert _paced_cost(prof, cap, 0.1, 0.0, 2.0) == 1.0  # no prompts: no dearer
+    assert _paced_cost(profile({1: 25.0}), cap, 0.1, 5000.0, 2.0) == 1.0  # no prefill rate measured

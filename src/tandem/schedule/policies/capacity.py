@@ -73,6 +73,7 @@ class CapacityParams:
     chunk_tokens: int = 512  # prompt tokens per engine iteration (chunked prefill), for the TTFT bound
     staffing_beta: float = 1.0  # square-root staffing: beta x sqrt(slots busy) slots more (with ttft_slo_s)
     queue_demand: bool = False  # a gateway queue that outlives the TTFT queueing budget grows the fleet (experiment)
+    paced_room: bool = False  # the room's prompt work at the gateway's pace, not the prefill rate (experiment)
     target_utilization: float = 1.0  # plan replicas busy at most this fraction of their capacity
     level_time_s: float = 20.0  # Holt level: time constant of its smoothing (0: none)
     trend_time_s: float = 120.0  # Holt trend: time constant (longer than a cold start: ramps, not noise)
@@ -104,6 +105,21 @@ def _work(profile: Profile, cap: SloCapacity, output_tokens_per_s: float, prompt
     if profile.prefill_tokens_per_s > 0:
         busy += prompt_tokens_per_s / profile.prefill_tokens_per_s
     return busy
+
+
+def _paced_cost(profile: Profile, cap: SloCapacity, tpot_slo_s: float, prompt_per_s: float, work: float) -> float:
+    """How much dearer the work is when its prompts are prefilled at the gateway's pace (a replica at the SLO
+    batch is sent prompts at (T - d(n*)) / T of its prefill rate, `prefill_budget`), not its full prefill rate:
+    a burst's surplus is absorbed at the pace. 1 without prompts or a prefill rate."""
+    rate = profile.prefill_tokens_per_s
+    if rate <= 0 or work <= 0 or not math.isfinite(work) or cap.output_tokens_per_s <= 0:
+        return 1.0
+    decode_s = cap.batch / cap.output_tokens_per_s
+    share = max(0.0, 1.0 - decode_s / tpot_slo_s)  # of the prefill rate, at the pace
+    prompt = min(prompt_per_s / rate, work)  # replicas busy prefilling
+    if share <= 0:
+        return 1.0
+    return (work - prompt + prompt / share) / work
 
 
 def _replicas(busy: float, params: CapacityParams, fallback: int) -> int:
@@ -209,6 +225,8 @@ def capacity(ctx: ScaleContext, params: CapacityParams = CapacityParams()) -> tu
         else:
             need = shortfall_need(samples, state.forecasts, ctx.now, horizon, windows, delay, params.peak_window_s)
         peaks = trim_window(peaks, ctx.now, params.burst_memory_s)  # older ones go even while none is judged
+        if need is not None and params.paced_room:
+            need *= _paced_cost(profile, cap, params.tpot_slo_s, arriving_prompt, arriving)
         if need is not None:
             peaks = (*peaks, (ctx.now, need, arriving))
         forecasts = (*trim_window(state.forecasts, ctx.now, horizon + windows[-1] + 2 * max(dt, 1.0)),
