@@ -21,10 +21,11 @@ hold 2 bytes per parameter instead of 1 (as much as bf16, half of fp32);
 `int8(small_batch_kernel=false)` drops the copy and the kernel, for placements bound by memory
 rather than latency.
 
-On a CPU without AVX512-VNNI (an AVX2-only AMD EPYC, say) there is no VNNI kernel, and fbgemm
-sums pairs of u8 x s8 products in int16, which saturates for 255 x 127 x 2 (`fbgemm_saturates`
-finds out once per process). There the weights take 7 bits ([-63, 63] per channel) and the
-activations keep 8: a pair is at most 255 x 63 x 2 = 32130, exact. On the bundled model that kept
+On a CPU without AVX512-VNNI (an AVX2-only AMD EPYC, say) fbgemm sums pairs of u8 x s8 products
+in int16, which saturates for 255 x 127 x 2 (`fbgemm_saturates` finds out once per process). There
+the weights take 7 bits ([-63, 63] per channel) and the activations keep 8: a pair is at most
+255 x 63 x 2 = 32130, exact. tandem's kernel has an AVX2 path for such CPUs with the same int16 pair
+sums, so it serves decode batches there too, on the same 7-bit weights (it refuses wider ones). On the bundled model that kept
 96.2% greedy top-1 agreement with fp32 (perplexity +0.6%), where 7-bit activations (PyTorch's
 `reduce_range`) kept 92.7% (+1.1%).
 """
