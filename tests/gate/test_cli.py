@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.kernels import quant_kernels_available
+from tandem.kernels import quant_kernel_isa
 
 from .helpers import LOOSE_LATENCY, profile
 
@@ -64,12 +64,14 @@ def verdicts(result: dict) -> dict[str, str]:
 def test_a_good_candidate_passes_all_three(tmp_path, loose_latency):
     """int8+ngram against baseline, Profiles measured by `tandem profile` subprocesses and cached."""
     settings = loose_latency
-    if not quant_kernels_available():
-        # No VNNI kernel on this CPU (an AVX2-only host): int8 runs on fbgemm alone and the bundled
-        # model's small layers decode at about baseline's speed; its Profile, measured while the
-        # other test worker runs, came out 0.88x to 1.17x baseline's cost per token in three runs.
-        # There the test holds only that int8 is not twice as dear; the 0% bar is held where the
-        # kernel makes int8 several times faster (the cost verdict itself: test_a_dearer_...).
+    if quant_kernel_isa() != "avx512-vnni":
+        # No VNNI on this CPU (an AVX2-only host): int8's batches over 16 rows run on fbgemm with
+        # 7-bit weights, and the cost verdict prices the throughput at the SLO batch (the largest
+        # within the TPOT SLO: 32 for this small model), where int8 runs at about baseline's speed
+        # there (198 against 186 tok/s at batch 32 on the 134M model); measured while the other test
+        # worker runs, int8+ngram came out 0.88x to 1.24x baseline's cost per token. There the test
+        # holds only that int8 is not twice as dear; the 0% bar is held on VNNI hosts (the cost
+        # verdict itself: test_a_dearer_...).
         settings = tmp_path / "gate.yaml"
         settings.write_text(json.dumps({"gate": {"tolerances": {**LOOSE_LATENCY, "cost": 1.0}}}))
     report = tmp_path / "gate.html"

@@ -13,6 +13,7 @@ from tandem.kernels.quant_linear import (
     int8_linear,
     pack_int4,
     pack_int8,
+    quant_kernel_isa,
     quant_kernels_available,
 )
 from tandem.kernels.rowscale import rows_to_unit, scale_rows
@@ -31,6 +32,7 @@ __all__ = [
     "int8_linear",
     "pack_int4",
     "pack_int8",
+    "quant_kernel_isa",
     "quant_kernels_available",
     "rms_norm",
     "rope_and_cache",

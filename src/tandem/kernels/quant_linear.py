@@ -28,6 +28,7 @@ __all__ = [
     "int4_linear",
     "quant_kernels_available",
     "int8_kernel_max_weight",
+    "quant_kernel_isa",
 ]
 
 # Rows served by the packed kernels; at more rows fbgemm's blocked GEMM (int8) wins.
@@ -46,11 +47,16 @@ def quant_kernels_available() -> bool:
     return library is not None and bool(library.tandem_quant_linear_fast())
 
 
+def quant_kernel_isa() -> str | None:
+    """Which vector path the quantized kernels have here: "avx512-vnni", "avx2", or None."""
+    library = load_library()
+    return {1: "avx512-vnni", 2: "avx2"}.get(library.tandem_quant_linear_fast()) if library is not None else None
+
+
 def int8_kernel_max_weight() -> int:
     """The widest int8 weight magnitude the kernel multiplies exactly: 127 with VNNI; 63 on the
     AVX2 path, whose u8 x s8 pair sums are int16 (255 x 63 x 2 fits, 255 x 127 x 2 does not)."""
-    library = load_library()
-    return 63 if library is not None and library.tandem_quant_linear_fast() == 2 else 127
+    return 63 if quant_kernel_isa() == "avx2" else 127
 
 
 def _blocks(q: torch.Tensor, k_step: int) -> tuple[torch.Tensor, int, int]:

@@ -92,6 +92,33 @@ static inline int64_t block_base(const int64_t *row_table, int64_t j, int64_t bl
     return (((int64_t)kvh * num_blocks + row_table[j / block_size]) * block_size + j % block_size) * d;
 }
 
+/* A block of nq queries of one (row, kv head) item, from query q0 on, ordered token-major (t, g):
+ * scaled into w->qs, with their positions, window starts and zeroed softmax state; the keys they
+ * read together are [*key_lo, *key_hi). Shared by every attend_item variant. */
+static inline __attribute__((always_inline)) void load_queries(const int d, AttendScratch *w, const float *q,
+                                                               int64_t q_token_stride, int64_t row_offset,
+                                                               int64_t row_start, int kvh, int group, int64_t q0,
+                                                               int nq, int64_t window, float scale, int64_t *key_lo,
+                                                               int64_t *key_hi) {
+    *key_hi = 0;
+    *key_lo = INT64_MAX;
+    for (int i = 0; i < nq; i++) {
+        const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
+        const float *src = q + (row_offset + t) * q_token_stride + (kvh * group + g) * d;
+        float *qi = w->qs + i * d;
+#pragma omp simd
+        for (int k = 0; k < d; k++) qi[k] = src[k] * scale;
+        w->qpos[i] = row_start + t;
+        w->qlo[i] = window > 0 && w->qpos[i] - window + 1 > 0 ? w->qpos[i] - window + 1 : 0;
+        if (w->qpos[i] + 1 > *key_hi) *key_hi = w->qpos[i] + 1;
+        if (w->qlo[i] < *key_lo) *key_lo = w->qlo[i];
+        w->row_max[i] = MASKED;
+        w->row_sum[i] = 0.0f;
+        memset(w->lane_sum[i], 0, sizeof w->lane_sum[i]);
+        memset(w->acc + i * d, 0, sizeof(float) * d);
+    }
+}
+
 /* One (row, kv head) item. Inlined into callers with a constant head_dim, so the per-query
  * accumulators (head_dim floats) stay in vector registers across a tile's keys. */
 static inline __attribute__((always_inline)) void attend_item(
@@ -103,22 +130,8 @@ static inline __attribute__((always_inline)) void attend_item(
     const int64_t num_queries = row_len * group;
     for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
         const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
-        int64_t key_hi = 0, key_lo = INT64_MAX;
-        for (int i = 0; i < nq; i++) {
-            /* queries ordered token-major: (t, g) */
-            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
-            const float *src = q + (row_offset + t) * q_token_stride + (kvh * group + g) * d;
-            float *qi = w->qs + i * d;
-#pragma omp simd
-            for (int k = 0; k < d; k++) qi[k] = src[k] * scale;
-            w->qpos[i] = row_start + t;
-            w->qlo[i] = window > 0 && w->qpos[i] - window + 1 > 0 ? w->qpos[i] - window + 1 : 0;
-            if (w->qpos[i] + 1 > key_hi) key_hi = w->qpos[i] + 1;
-            if (w->qlo[i] < key_lo) key_lo = w->qlo[i];
-            w->row_max[i] = MASKED;
-            w->row_sum[i] = 0.0f;
-            memset(w->acc + i * d, 0, sizeof(float) * d);
-        }
+        int64_t key_hi, key_lo;
+        load_queries(d, w, q, q_token_stride, row_offset, row_start, kvh, group, q0, nq, window, scale, &key_lo, &key_hi);
         for (int64_t j0 = key_lo, nk; j0 < key_hi; j0 += nk) {
             /* a tile never crosses a block: its keys are contiguous in the cache */
             const int64_t in_block = block_size - j0 % block_size;
@@ -227,20 +240,8 @@ static inline __attribute__((always_inline)) void attend_item_v(
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
         const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
-        int64_t key_hi = 0, key_lo = INT64_MAX;
-        for (int i = 0; i < nq; i++) {
-            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
-            const float *src = q + (row_offset + t) * q_token_stride + (kvh * group + g) * d;
-            float *qi = w->qs + i * d;
-            for (int k = 0; k < d; k++) qi[k] = src[k] * scale;
-            w->qpos[i] = row_start + t;
-            w->qlo[i] = window > 0 && w->qpos[i] - window + 1 > 0 ? w->qpos[i] - window + 1 : 0;
-            if (w->qpos[i] + 1 > key_hi) key_hi = w->qpos[i] + 1;
-            if (w->qlo[i] < key_lo) key_lo = w->qlo[i];
-            w->row_max[i] = MASKED;
-            _mm512_storeu_ps(w->lane_sum[i], _mm512_setzero_ps());
-            memset(w->acc + i * d, 0, sizeof(float) * d);
-        }
+        int64_t key_hi, key_lo;
+        load_queries(d, w, q, q_token_stride, row_offset, row_start, kvh, group, q0, nq, window, scale, &key_lo, &key_hi);
         /* blocks of 16 keys from a multiple of 16: each lies in one cache block (block_size is a
          * multiple of 16); keys before the window's start are masked like those past the query */
         for (int64_t j0 = key_lo - key_lo % 16; j0 < key_hi; j0 += 16) {
@@ -342,20 +343,8 @@ static inline __attribute__((always_inline)) void attend_item_v8(
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t q0 = 0; q0 < num_queries; q0 += QMAX) {
         const int nq = (int)(num_queries - q0 < QMAX ? num_queries - q0 : QMAX);
-        int64_t key_hi = 0, key_lo = INT64_MAX;
-        for (int i = 0; i < nq; i++) {
-            const int64_t t = (q0 + i) / group, g = (q0 + i) % group;
-            const float *src = q + (row_offset + t) * q_token_stride + (kvh * group + g) * d;
-            float *qi = w->qs + i * d;
-            for (int k = 0; k < d; k++) qi[k] = src[k] * scale;
-            w->qpos[i] = row_start + t;
-            w->qlo[i] = window > 0 && w->qpos[i] - window + 1 > 0 ? w->qpos[i] - window + 1 : 0;
-            if (w->qpos[i] + 1 > key_hi) key_hi = w->qpos[i] + 1;
-            if (w->qlo[i] < key_lo) key_lo = w->qlo[i];
-            w->row_max[i] = MASKED;
-            memset(w->lane_sum[i], 0, sizeof w->lane_sum[i]);
-            memset(w->acc + i * d, 0, sizeof(float) * d);
-        }
+        int64_t key_hi, key_lo;
+        load_queries(d, w, q, q_token_stride, row_offset, row_start, kvh, group, q0, nq, window, scale, &key_lo, &key_hi);
         for (int64_t j0 = key_lo - key_lo % 16; j0 < key_hi; j0 += 16) {
             const int nk = (int)(key_hi - j0 < 16 ? key_hi - j0 : 16);
             const int64_t kbase = block_base(row_table, j0, block_size, num_blocks, kvh, d);

@@ -203,13 +203,12 @@ static void int8_blocks(int64_t rows, const uint8_t *xq, int64_t k_pad, const in
                         const float *combined, float *out, int64_t N, int64_t blk_lo, int64_t blk_hi, int32_t *raw,
                         int64_t n_pad) {
     const int64_t k4s = k_pad / 4;
-    const int NB = 4;
     int64_t nb = blk_lo;
 #if HAVE_VNNI
+    const int NB = 4;
     for (; nb + NB <= blk_hi; nb += NB) int8_tiles(rows, xq, k_pad, w, k4s, nb, NB, raw, n_pad);
     for (; nb < blk_hi; nb++) int8_tiles(rows, xq, k_pad, w, k4s, nb, 1, raw, n_pad);
 #elif HAVE_AVX2Q
-    (void)NB;
     for (; nb + 2 <= blk_hi; nb += 2) int8_tiles2(rows, xq, k_pad, w, k4s, nb, 2, raw, n_pad);
     for (; nb < blk_hi; nb++) int8_tiles2(rows, xq, k_pad, w, k4s, nb, 1, raw, n_pad);
 #else
