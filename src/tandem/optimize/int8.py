@@ -24,10 +24,10 @@ rather than latency.
 On a CPU without AVX512-VNNI (an AVX2-only AMD EPYC, say) fbgemm sums pairs of u8 x s8 products
 in int16, which saturates for 255 x 127 x 2 (`fbgemm_saturates` finds out once per process). There
 the weights take 7 bits ([-63, 63] per channel) and the activations keep 8: a pair is at most
-255 x 63 x 2 = 32130, exact. tandem's kernel has an AVX2 path for such CPUs with the same int16 pair
-sums, so it serves decode batches there too, on the same 7-bit weights (it refuses wider ones). On the bundled model that kept
-96.2% greedy top-1 agreement with fp32 (perplexity +0.6%), where 7-bit activations (PyTorch's
-`reduce_range`) kept 92.7% (+1.1%).
+255 x 63 x 2 = 32130, exact. On the bundled model that kept 96.2% greedy top-1 agreement with fp32
+(perplexity +0.6%), where 7-bit activations (PyTorch's `reduce_range`) kept 92.7% (+1.1%).
+tandem's kernel has an AVX2 path for such CPUs with the same int16 pair sums, so it serves decode
+batches there too, on the same 7-bit weights (it refuses wider ones).
 """
 
 from __future__ import annotations
