@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.kernels import quant_kernel_isa
+from tandem.kernels import cache_dir, quant_kernel_isa
 
 from .helpers import LOOSE_LATENCY, profile
 
@@ -37,7 +37,11 @@ def profiles(tmp_path_factory) -> dict[str, Path]:
 
 def gate(tmp_path, *args, plugins: Path | None = None, timeout=300) -> tuple[subprocess.CompletedProcess, dict]:
     env = {k: v for k, v in os.environ.items() if k != "TANDEM_API_KEY"}
-    env["TANDEM_CACHE"] = str(tmp_path / "cache")
+    env["TANDEM_CACHE"] = str(tmp_path / "cache")  # its own profiles ...
+    (tmp_path / "cache").mkdir(exist_ok=True)
+    if not (tmp_path / "cache" / "kernels").exists():  # ... and the kernels already built for this machine
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cache" / "kernels").symlink_to(cache_dir(), target_is_directory=True)
     if plugins is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugins), env.get("PYTHONPATH")]))
     out = tmp_path / "gate.json"

@@ -21,7 +21,7 @@ def test_disabled_by_environment(monkeypatch, fresh_loader):
 
 
 def test_builds_once_into_the_cache(monkeypatch, tmp_path, fresh_loader):
-    monkeypatch.setenv("TANDEM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TANDEM_CACHE", str(tmp_path))
     try:
         first = fresh_loader.build()
     except fresh_loader.KernelBuildError as exc:
@@ -33,7 +33,7 @@ def test_builds_once_into_the_cache(monkeypatch, tmp_path, fresh_loader):
 
 
 def test_a_failing_compiler_is_a_clear_error_and_a_warned_fallback(monkeypatch, tmp_path, fresh_loader):
-    monkeypatch.setenv("TANDEM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TANDEM_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", "false")
     monkeypatch.setenv("TANDEM_KERNELS", "c")
     with pytest.raises(fresh_loader.KernelBuildError, match="compiling cpu_kernels.c with false failed"):
@@ -82,7 +82,7 @@ def run_main(tmp_path, **env):
     import subprocess
     import sys
 
-    environment = {**os.environ, "TANDEM_CACHE_DIR": str(tmp_path), "TANDEM_KERNELS": "c", **env}
+    environment = {**os.environ, "TANDEM_CACHE": str(tmp_path), "TANDEM_KERNELS": "c", **env}
     return subprocess.run([sys.executable, "-m", "tandem.kernels"], env=environment, capture_output=True, text=True)
 
 

@@ -91,10 +91,9 @@ def kernels_enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("TANDEM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tandem"
-    )
-    return Path(root) / "kernels"
+    """$TANDEM_CACHE/kernels (default ~/.cache/tandem/kernels): tandem's one cache folder, as for
+    profiles and logs."""
+    return Path(os.environ.get("TANDEM_CACHE") or os.path.expanduser("~/.cache/tandem")) / "kernels"
 
 
 def _cpu_flags() -> str:
