@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 __all__ = [
+    "also_observe",
     "NO_OBSERVER",
     "NO_REQUEST_OBSERVER",
     "DemandObserver",
@@ -130,6 +131,14 @@ class Observers:
         if not each:
             return NO_REQUEST_OBSERVER
         return each[0] if len(each) == 1 else _Each(each)
+
+
+def also_observe(current: Observer, observer: Observer) -> Observer:
+    """`current` with `observer` added: the one way a gateway piece joins the observers already wired."""
+    if isinstance(current, Observers):
+        current.add(observer)
+        return current
+    return Observers([observer] if current is NO_OBSERVER else [current, observer])
 
 
 def prompt_text(payload: Any) -> str:

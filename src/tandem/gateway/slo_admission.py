@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tandem.contracts import Profile, ReplicaLoad
-from tandem.gateway.observers import NO_OBSERVER, DemandObserver, Observers
+from tandem.gateway.observers import DemandObserver, also_observe
 from tandem.schedule.policies import CapacityParams, TokenDemand
 from tandem.schedule.policies.prefill_budget import PrefillBudget, prefill_budget
 from tandem.schedule.policies.slo import admission_limit
@@ -93,10 +93,5 @@ def feed_policy(gw: Gateway) -> bool:
     observer = DemandObserver(
         fleet.demand, lambda: fleet.controller.primary, gw.clock, (params.ttft_slo_s, params.tpot_slo_s)
     )
-    if isinstance(gw.observer, Observers):
-        gw.observer.add(observer)
-    elif gw.observer is NO_OBSERVER:
-        gw.observer = Observers([observer])
-    else:
-        gw.observer = Observers([gw.observer, observer])
+    gw.observer = also_observe(gw.observer, observer)
     return True

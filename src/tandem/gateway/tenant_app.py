@@ -32,7 +32,7 @@ from tandem.edge.errors import APIError
 from tandem.gateway.admission import FairAdmission
 from tandem.gateway.fair_queue import FairQueue
 from tandem.gateway.ledger import GROUPS, Ledger, moment_from
-from tandem.gateway.observers import NO_OBSERVER, Observers
+from tandem.gateway.observers import also_observe
 from tandem.gateway.tenancy import Limiter, Tenancy
 from tandem.gateway.tenant_edge import TenantAuthMiddleware, TenantLimitsMiddleware, scope_tenant
 from tandem.gateway.usage import TenantMetrics, UsageObserver, estimate_prompt_tokens
@@ -119,12 +119,7 @@ def _attach(gw: Gateway, tenancy: Tenancy, metrics: TenantMetrics, wall: Callabl
 
     usage = UsageObserver(tenancy, metrics, lambda: gw.fleet.variants, urls, wall)
     tenancy.usage = usage
-    if isinstance(gw.observer, Observers):
-        gw.observer.add(usage)
-    elif gw.observer is NO_OBSERVER:
-        gw.observer = Observers([usage])
-    else:
-        gw.observer = Observers([gw.observer, usage])
+    gw.observer = also_observe(gw.observer, usage)
     gw.tenancy = tenancy
     return tenancy
 

@@ -427,28 +427,25 @@ __attribute__((noinline)) void tandem_attend(AttendScratch *w, const float *q, i
                    int64_t num_blocks, int64_t window, float scale) {
 #define ARGS q, q_token_stride, out, k_cache, v_cache, row_offset, row_len, row_table, row_start, kvh, heads, kv_heads, \
              block_size, num_blocks, window, scale
+/* A vector variant, with head_dim (and the cache's dtype) constant where it is common, so the
+ * per-query accumulators stay in registers. */
+#define VECTOR_ITEM(fn)                                                                      \
+    do {                                                                                     \
+        if (head_dim == 64)                                                                  \
+            cache_bf16 ? fn(64, 1, w, ARGS) : fn(64, 0, w, ARGS);                            \
+        else if (head_dim == 128)                                                            \
+            cache_bf16 ? fn(128, 1, w, ARGS) : fn(128, 0, w, ARGS);                          \
+        else                                                                                 \
+            cache_bf16 ? fn(head_dim, 1, w, ARGS) : fn(head_dim, 0, w, ARGS);                \
+        return;                                                                              \
+    } while (0)
 #if HAVE_AVX512
-    if (head_dim % 16 == 0 && block_size % 16 == 0) {
-        if (head_dim == 64)
-            cache_bf16 ? attend_item_v(64, 1, w, ARGS) : attend_item_v(64, 0, w, ARGS);
-        else if (head_dim == 128)
-            cache_bf16 ? attend_item_v(128, 1, w, ARGS) : attend_item_v(128, 0, w, ARGS);
-        else
-            cache_bf16 ? attend_item_v(head_dim, 1, w, ARGS) : attend_item_v(head_dim, 0, w, ARGS);
-        return;
-    }
+    if (head_dim % 16 == 0 && block_size % 16 == 0) VECTOR_ITEM(attend_item_v);
 #endif
 #if HAVE_AVX2
-    if (head_dim % 8 == 0 && block_size % 16 == 0) {
-        if (head_dim == 64)
-            cache_bf16 ? attend_item_v8(64, 1, w, ARGS) : attend_item_v8(64, 0, w, ARGS);
-        else if (head_dim == 128)
-            cache_bf16 ? attend_item_v8(128, 1, w, ARGS) : attend_item_v8(128, 0, w, ARGS);
-        else
-            cache_bf16 ? attend_item_v8(head_dim, 1, w, ARGS) : attend_item_v8(head_dim, 0, w, ARGS);
-        return;
-    }
+    if (head_dim % 8 == 0 && block_size % 16 == 0) VECTOR_ITEM(attend_item_v8);
 #endif
+#undef VECTOR_ITEM
 #undef ARGS
     attend_item(head_dim, w, q, q_token_stride, out, k_cache, v_cache, cache_bf16, row_offset, row_len, row_table,
                 row_start, kvh, heads, kv_heads, block_size, num_blocks, window, scale);
