@@ -24,6 +24,21 @@ def test_measured_profile_round_trips_through_json(tiny_llama_dir):
     assert Profile.from_json(profile.to_json()) == profile
 
 
+def test_a_one_thread_replica_is_timed_on_its_cpu_clock_and_a_wider_one_on_the_wall(tiny_llama_dir):
+    """One thread: the time it ran (other processes' turns on the core left out); more: wall time."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        clocks = {
+            threads: measure_profile(tiny_llama_dir, "baseline", (1,), 8, 2, threads=threads).extra["clock"]
+            for threads in (1, 2)
+        }
+    finally:
+        torch.set_num_threads(before)
+    assert clocks == {1: "process cpu", 2: "wall"}
+
+
 def test_profile_rejects_unknown_fields():
     with pytest.raises(ValueError, match="unknown Profile field"):
         Profile.from_json(json.dumps({"recipe": "x", "bogus": 1}))
