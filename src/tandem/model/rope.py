@@ -13,7 +13,9 @@ __all__ = ["rope_tables", "apply_rope"]
 
 def _inv_freq(config: ModelConfig) -> torch.Tensor:
     dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    # On the CPU whatever the default device: under torch.device("meta") (Transformer.empty) the
+    # division would run torch's Python reference and import torch._dynamo (1.5 s per process).
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
     scaling = config.rope_scaling
     if scaling is None:
         return inv_freq
@@ -35,7 +37,7 @@ def _inv_freq(config: ModelConfig) -> torch.Tensor:
 def rope_tables(config: ModelConfig, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables of shape [max_positions, head_dim], float32."""
     inv_freq = _inv_freq(config)
-    positions = torch.arange(max_positions, dtype=torch.float32)
+    positions = torch.arange(max_positions, dtype=torch.float32, device="cpu")
     freqs = torch.outer(positions, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()

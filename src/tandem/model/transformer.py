@@ -209,13 +209,21 @@ class Block(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+def _embedding(vocab_size: int, hidden_size: int) -> nn.Embedding:
+    """nn.Embedding, randomly initialised except on the meta device (Transformer.empty), where there
+    is nothing to initialise and nn.init.normal_ would import torch._dynamo (1.5 s in every process
+    that loads a model)."""
+    weight = torch.empty(vocab_size, hidden_size)
+    return nn.Embedding(vocab_size, hidden_size, _weight=weight if weight.is_meta else None)
+
+
 class Transformer(nn.Module):
     """Decoder-only transformer. `forward` returns final hidden states; `logits` applies the head."""
 
     def __init__(self, config: ModelConfig, max_positions: int | None = None) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = _embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
