@@ -81,6 +81,8 @@ class SimReplica:
         self.counter = 0.0  # tokens each decoding sequence has produced since the replica started
         self.kv_used = 0
         self._seq_no = 0
+        self._waiting_prompt = 0  # sum of the waiting prompts' tokens (what prefill_pending adds to the prefilling)
+        self._prefilling_uncached = 0  # sum of prompt_tokens - cached_tokens over `prefilling` (the chunk's bound)
         self.prefix = PrefixCache(profile.kv_budget_tokens, block_tokens) if block_tokens > 0 else None
 
     @property
@@ -94,7 +96,7 @@ class SimReplica:
     @property
     def prefill_pending(self) -> int:
         """Prompt tokens submitted here and not yet prefilled (what AdmissionCap's token budget counts)."""
-        return math.ceil(sum(s.prompt_tokens for s in self.waiting) + sum(s.prefill_left for s in self.prefilling))
+        return math.ceil(self._waiting_prompt + sum(s.prefill_left for s in self.prefilling))
 
     def in_flight(self) -> list[SimSequence]:
         return [*self.waiting, *self.prefilling, *(entry[2] for entry in self.decoding)]
@@ -103,6 +105,7 @@ class SimReplica:
         seq.submitted_s = max(seq.arrival_s, now)
         seq.prefill_left = float(seq.prompt_tokens)
         self.waiting.append(seq)
+        self._waiting_prompt += seq.prompt_tokens
 
     def _admit(self, t: float) -> None:
         while self.waiting and self.waiting[0].submitted_s <= t + _EPS and self.running < self.profile.max_slots:
@@ -113,6 +116,8 @@ class SimReplica:
             if self.prefix is not None:
                 self.prefix.admit(seq)  # prefill only what its cache does not hold
             self.prefilling.append(self.waiting.popleft())
+            self._waiting_prompt -= seq.prompt_tokens
+            self._prefilling_uncached += seq.prompt_tokens - seq.cached_tokens
 
     def _finish(self, seq: SimSequence, t: float, done: list[SimSequence]) -> None:
         seq.finished_s = t
@@ -122,42 +127,52 @@ class SimReplica:
         done.append(seq)
 
     def step(self, now: float, dt: float) -> list[SimSequence]:
-        """Advance from `now` to `now + dt`; returns the sequences that finished."""
+        """Advance from `now` to `now + dt`; returns the sequences that finished.
+
+        The hot loop of every simulation (one pass per event): the attributes it reads are held in locals."""
         done: list[SimSequence] = []
         t, end = now, now + dt
+        waiting, prefilling, decoding = self.waiting, self.prefilling, self.decoding
+        slots, chunk_max, prefill_rate, decode_iteration_s = (
+            self.profile.max_slots, self.chunk, self.prefill_rate, self.decode_iteration_s
+        )  # fmt: skip
         while t < end - _EPS:
-            self._admit(t)
-            n = len(self.decoding)
-            if n == 0 and not self.prefilling:
-                nxt = self.waiting[0].submitted_s if self.waiting else end
+            if waiting and waiting[0].submitted_s <= t + _EPS and len(prefilling) + len(decoding) < slots:
+                self._admit(t)
+            n = len(decoding)
+            if n == 0 and not prefilling:
+                nxt = waiting[0].submitted_s if waiting else end
                 t = min(max(nxt, t), end)  # idle until the next request reaches this replica
                 continue
             # The iteration's prompt tokens: a full chunk, or less when the prompts waiting are shorter (their
             # whole length, not what is left of them: where a step boundary falls must not change the speed).
-            chunk = (
-                min(self.chunk, sum(s.prompt_tokens - s.cached_tokens for s in self.prefilling))
-                if self.prefilling
-                else 0.0
-            )
-            iteration = self.decode_iteration_s[n] + chunk / self.prefill_rate
+            chunk = min(chunk_max, self._prefilling_uncached) if prefilling else 0.0
+            iteration = decode_iteration_s[n] + chunk / prefill_rate
             prefill_speed = chunk / iteration if iteration > 0 else math.inf  # prompt tokens/s
-            events = [end]
-            if self.prefilling:
-                left = self.prefilling[0].prefill_left
-                events.append(t + left / prefill_speed if prefill_speed > 0 else (t if left <= 0 else end))
+            nxt = end  # the next event: the earliest of the step's end, the head's prefill done, a row done, a submit
+            if prefilling:
+                left = prefilling[0].prefill_left
+                prefill_done = t + left / prefill_speed if prefill_speed > 0 else (t if left <= 0 else end)
+                if prefill_done < nxt:
+                    nxt = prefill_done
             if n:
-                events.append(t + (self.decoding[0][0] - self.counter) * iteration)
-            if self.waiting and self.waiting[0].submitted_s > t and self.running < self.profile.max_slots:
-                events.append(self.waiting[0].submitted_s)
-            nxt = max(min(events), t)
+                row_done = t + (decoding[0][0] - self.counter) * iteration
+                if row_done < nxt:
+                    nxt = row_done
+            if waiting and waiting[0].submitted_s > t and len(prefilling) + n < slots:
+                if waiting[0].submitted_s < nxt:
+                    nxt = waiting[0].submitted_s
+            if t > nxt:
+                nxt = t
             elapsed = nxt - t
             if n:
                 self.counter += elapsed / iteration
-            if self.prefilling:
-                head = self.prefilling[0]
+            if prefilling:
+                head = prefilling[0]
                 head.prefill_left -= elapsed * prefill_speed if elapsed > 0 else 0.0
-                if nxt == events[1] or head.prefill_left <= 1e-6:
-                    self.prefilling.popleft()
+                if nxt == prefill_done or head.prefill_left <= 1e-6:
+                    prefilling.popleft()
+                    self._prefilling_uncached -= head.prompt_tokens - head.cached_tokens
                     head.prefill_left = 0.0
                     head.first_token_s = nxt
                     if self.prefix is not None:
@@ -166,8 +181,10 @@ class SimReplica:
                         self._finish(head, nxt, done)
                     else:
                         self._seq_no += 1
-                        heapq.heappush(self.decoding, (self.counter + head.output_tokens - 1, self._seq_no, head))
-            while self.decoding and self.decoding[0][0] <= self.counter + 1e-6:
-                self._finish(heapq.heappop(self.decoding)[2], nxt, done)
+                        heapq.heappush(decoding, (self.counter + head.output_tokens - 1, self._seq_no, head))
+            if decoding:
+                limit = self.counter + 1e-6
+                while decoding and decoding[0][0] <= limit:
+                    self._finish(heapq.heappop(decoding)[2], nxt, done)
             t = nxt
         return done

@@ -185,18 +185,29 @@ def simulate(
             )
         return sims[replica.replica_id]
 
+    reported: dict[str, tuple[tuple[int, int, int, bool], ReplicaLoad]] = {}  # replica id -> (its numbers, load)
+
     def load_of(replica: Replica) -> ReplicaLoad:
-        sim = sim_of(replica)
-        return ReplicaLoad(
+        # Asked per replica at every dispatch and tick: a replica whose numbers did not change since it was
+        # last asked reports the same (frozen) load again rather than a new, equal one.
+        sim = sims.get(replica.replica_id) or sim_of(replica)
+        running = len(sim.prefilling) + len(sim.decoding)
+        numbers = (running, len(sim.waiting), sim.prefill_pending, replica.state is ReplicaState.READY)
+        last = reported.get(replica.replica_id)
+        if last is not None and last[0] == numbers:
+            return last[1]
+        load = ReplicaLoad(
             replica.replica_id,
             replica.region,
             replica.variant,
-            running=sim.running,
-            waiting=len(sim.waiting),
-            kv_used=sim.running / profile.max_slots,
-            healthy=replica.state is ReplicaState.READY,
-            prefill_tokens=sim.prefill_pending,
+            running=running,
+            waiting=numbers[1],
+            kv_used=running / profile.max_slots,
+            healthy=numbers[3],
+            prefill_tokens=numbers[2],
         )
+        reported[replica.replica_id] = (numbers, load)
+        return load
 
     controller = Controller(
         backend,
@@ -228,7 +239,7 @@ def simulate(
             if counted:
                 result.requests.append(seq)
         replicas = backend.list()
-        _dispatch(gateway, replicas, router, load_of, sim_of, now)
+        _dispatch(gateway, replicas, router, load_of, [sim_of(r) for r in replicas], now)
         result.max_buffered = max(result.max_buffered, len(gateway))
         present = {r.replica_id for r in replicas}
         for replica_id in [rid for rid in sims if rid not in present]:
@@ -239,9 +250,12 @@ def simulate(
         for part in range(parts):
             t, h = now + part * dt / parts, dt / parts
             if part:
-                _dispatch(gateway, replicas, router, load_of, sim_of, t)
+                _dispatch(gateway, replicas, router, load_of, [sims[r.replica_id] for r in replicas], t)
             for replica in replicas:
-                for seq in sim_of(replica).step(t, h):
+                sim = sims[replica.replica_id]
+                if not (sim.waiting or sim.prefilling or sim.decoding):
+                    continue  # idle: a step would change nothing
+                for seq in sim.step(t, h):
                     in_flight -= 1
                     # As the gateway counts: a request's prompt and output tokens once it has finished.
                     demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens,
@@ -288,17 +302,20 @@ def _enqueue(gateway: deque, seq: SimSequence) -> None:
     gateway.insert(at, seq)
 
 
-def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_of, sim_of, now: float) -> None:
+def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_of, sims, now: float) -> None:
+    """Route the gateway's requests, first to last, until the router refuses one (`sims`: `replicas`' SimReplicas,
+    whose prefix caches a submit does not change)."""
     if not gateway:
         return
     loads = {r.replica_id: load_of(r) for r in replicas}
-    by_id = {r.replica_id: r for r in replicas}
+    by_id = {r.replica_id: (r, sim) for r, sim in zip(replicas, sims)}
     while gateway:
-        choice = router.choose(route_for(gateway[0], [sim_of(r) for r in replicas]), list(loads.values()))
+        choice = router.choose(route_for(gateway[0], sims), list(loads.values()))
         if choice is None:
             return
-        sim_of(by_id[choice.replica_id]).submit(gateway.popleft(), now)
-        loads[choice.replica_id] = load_of(by_id[choice.replica_id])
+        replica, sim = by_id[choice.replica_id]
+        sim.submit(gateway.popleft(), now)
+        loads[choice.replica_id] = load_of(replica)
 
 
 class _Clock:
