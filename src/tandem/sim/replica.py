@@ -83,6 +83,7 @@ class SimReplica:
         self._seq_no = 0
         self._waiting_prompt = 0  # sum of the waiting prompts' tokens (what prefill_pending adds to the prefilling)
         self._prefilling_uncached = 0  # sum of prompt_tokens - cached_tokens over `prefilling` (the chunk's bound)
+        self.version = 0  # bumped by every submit and every step with work: unchanged, the replica's load is too
         self.prefix = PrefixCache(profile.kv_budget_tokens, block_tokens) if block_tokens > 0 else None
 
     @property
@@ -106,6 +107,7 @@ class SimReplica:
         seq.prefill_left = float(seq.prompt_tokens)
         self.waiting.append(seq)
         self._waiting_prompt += seq.prompt_tokens
+        self.version += 1
 
     def _admit(self, t: float) -> None:
         while self.waiting and self.waiting[0].submitted_s <= t + _EPS and self.running < self.profile.max_slots:
@@ -133,6 +135,8 @@ class SimReplica:
         done: list[SimSequence] = []
         t, end = now, now + dt
         waiting, prefilling, decoding = self.waiting, self.prefilling, self.decoding
+        if waiting or prefilling or decoding:
+            self.version += 1
         slots, chunk_max, prefill_rate, decode_iteration_s = (
             self.profile.max_slots, self.chunk, self.prefill_rate, self.decode_iteration_s
         )  # fmt: skip

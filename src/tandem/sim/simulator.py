@@ -185,28 +185,28 @@ def simulate(
             )
         return sims[replica.replica_id]
 
-    reported: dict[str, tuple[tuple[int, int, int, bool], ReplicaLoad]] = {}  # replica id -> (its numbers, load)
+    reported: dict[str, tuple[int, bool, ReplicaLoad]] = {}  # replica id -> (its SimReplica's version, healthy, load)
 
     def load_of(replica: Replica) -> ReplicaLoad:
-        # Asked per replica at every dispatch and tick: a replica whose numbers did not change since it was
-        # last asked reports the same (frozen) load again rather than a new, equal one.
+        # Asked per replica at every dispatch and tick: a replica that did not change since it was last asked
+        # (the same SimReplica.version, the same health) reports the same (frozen) load again.
         sim = sims.get(replica.replica_id) or sim_of(replica)
-        running = len(sim.prefilling) + len(sim.decoding)
-        numbers = (running, len(sim.waiting), sim.prefill_pending, replica.state is ReplicaState.READY)
+        healthy = replica.state is ReplicaState.READY
         last = reported.get(replica.replica_id)
-        if last is not None and last[0] == numbers:
-            return last[1]
+        if last is not None and last[0] == sim.version and last[1] is healthy:
+            return last[2]
+        running = len(sim.prefilling) + len(sim.decoding)
         load = ReplicaLoad(
             replica.replica_id,
             replica.region,
             replica.variant,
             running=running,
-            waiting=numbers[1],
+            waiting=len(sim.waiting),
             kv_used=running / profile.max_slots,
-            healthy=numbers[3],
-            prefill_tokens=numbers[2],
+            healthy=healthy,
+            prefill_tokens=sim.prefill_pending,
         )
-        reported[replica.replica_id] = (numbers, load)
+        reported[replica.replica_id] = (sim.version, healthy, load)
         return load
 
     controller = Controller(
