@@ -238,12 +238,15 @@ class Transformer(nn.Module):
     def empty(cls, config: ModelConfig, dtype: torch.dtype, max_positions: int | None = None) -> Transformer:
         """A model with uninitialised weights (to be loaded), skipping the costly random init."""
         with torch.device("meta"):
-            module = cls(config, max_positions)
-        module = module.to_empty(device="cpu").to(dtype)
+            module = cls(config, max_positions)  # the rope tables are computed on the CPU even here
+        # Each parameter made an uninitialised CPU tensor of the served dtype. (nn.Module.to_empty runs
+        # torch's Python reference of empty_like on meta tensors, which imports sympy and torch.fx:
+        # 0.5 s in every process that loads a model.)
+        for sub in module.modules():
+            for name, param in list(sub.named_parameters(recurse=False)):
+                setattr(sub, name, nn.Parameter(torch.empty(param.shape, dtype=dtype), requires_grad=False))
         if config.tie_word_embeddings:
             module.lm_head.weight = module.embed_tokens.weight
-        # to_empty leaves buffers uninitialised; the rope tables stay float32 whatever the weights.
-        module.rope_cos, module.rope_sin = rope_tables(config, max_positions or config.max_position_embeddings)
         return module
 
     @property

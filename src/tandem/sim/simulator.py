@@ -229,6 +229,15 @@ def simulate(
     in_flight = 0  # requests arrived and not finished (or lost)
     next_tick, end = clock.now, duration + config.tail_s
     nodes_cache: dict[int, int] = {}
+    # The fleet changes only in a controller tick: between two, the replicas, their sims and the live count are
+    # kept, and `loads` (what the router is shown) is refreshed for a replica only when a step or a submit
+    # changed it, exactly the loads a fresh look at every replica would give.
+    fleet_changed = True
+    replicas: list[Replica] = []
+    fleet: dict[str, tuple[Replica, SimReplica]] = {}
+    fleet_sims: list[SimReplica] = []
+    loads: dict[str, ReplicaLoad] = {}
+    live = 0
     while clock.now < end:
         now, dt = clock.now, config.dt_s
         while arrivals and arrivals[0][0].arrival_s < now + dt:
@@ -238,21 +247,26 @@ def simulate(
             in_flight += 1
             if counted:
                 result.requests.append(seq)
-        replicas = backend.list()
-        _dispatch(gateway, replicas, router, load_of, [sim_of(r) for r in replicas], now)
+        if fleet_changed:  # the controller ticked: the backend's list (and each replica's health) may differ
+            replicas = backend.list()
+            fleet = {r.replica_id: (r, sim_of(r)) for r in replicas}
+            fleet_sims = [sim for _, sim in fleet.values()]
+            loads = {r.replica_id: load_of(r) for r in replicas}
+            live = sum(1 for r in replicas if r.live)
+            for replica_id in [rid for rid in sims if rid not in fleet]:
+                gone = sims.pop(replica_id).in_flight()  # stopped with work on it
+                reported.pop(replica_id, None)
+                result.lost_requests.extend(gone)
+                in_flight -= len(gone)
+            fleet_changed = False
+        _dispatch(gateway, router, loads, fleet, fleet_sims, load_of, now)
         result.max_buffered = max(result.max_buffered, len(gateway))
-        present = {r.replica_id for r in replicas}
-        for replica_id in [rid for rid in sims if rid not in present]:
-            gone = sims.pop(replica_id).in_flight()  # stopped with work on it
-            result.lost_requests.extend(gone)
-            in_flight -= len(gone)
         parts = config.dispatch_substeps if config.admission_cap and gateway and config.dispatch_substeps > 1 else 1
         for part in range(parts):
             t, h = now + part * dt / parts, dt / parts
             if part:
-                _dispatch(gateway, replicas, router, load_of, [sims[r.replica_id] for r in replicas], t)
-            for replica in replicas:
-                sim = sims[replica.replica_id]
+                _dispatch(gateway, router, loads, fleet, fleet_sims, load_of, t)
+            for replica, sim in fleet.values():
                 if not (sim.waiting or sim.prefilling or sim.decoding):
                     continue  # idle: a step would change nothing
                 for seq in sim.step(t, h):
@@ -260,8 +274,8 @@ def simulate(
                     # As the gateway counts: a request's prompt and output tokens once it has finished.
                     demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens,
                                   result.meets_slo(seq))  # fmt: skip
+                loads[replica.replica_id] = load_of(replica)
         if 0 <= now < duration:
-            live = sum(1 for r in replicas if r.live)
             result.replica_seconds += len(replicas) * min(dt, duration - now)
             result.min_live = live if result.min_live is None else min(result.min_live, live)
             result.max_live = max(result.max_live, live)
@@ -286,6 +300,7 @@ def simulate(
             ready = sum(1 for r in fleet if r.state is ReplicaState.READY)
             result.timeline.append((now, sum(1 for r in fleet if r.live), ready))
             next_tick += config.tick_s
+            fleet_changed = True
         clock.now = now + dt
         if not config.run_tail and now >= duration and not arrivals and in_flight == 0:
             break
@@ -302,18 +317,23 @@ def _enqueue(gateway: deque, seq: SimSequence) -> None:
     gateway.insert(at, seq)
 
 
-def _dispatch(gateway: deque, replicas: Sequence[Replica], router: Router, load_of, sims, now: float) -> None:
-    """Route the gateway's requests, first to last, until the router refuses one (`sims`: `replicas`' SimReplicas,
-    whose prefix caches a submit does not change)."""
-    if not gateway:
-        return
-    loads = {r.replica_id: load_of(r) for r in replicas}
-    by_id = {r.replica_id: (r, sim) for r, sim in zip(replicas, sims)}
+def _dispatch(
+    gateway: deque,
+    router: Router,
+    loads: dict[str, ReplicaLoad],
+    fleet: dict[str, tuple[Replica, SimReplica]],
+    sims: list[SimReplica],
+    load_of: Callable[[Replica], ReplicaLoad],
+    now: float,
+) -> None:
+    """Route the gateway's requests, first to last, until the router refuses one. `loads`: each replica's current
+    load, by id in the fleet's order (kept current here); `fleet`: id -> (replica, its SimReplica); `sims`: the
+    SimReplicas in that order (a submit does not change their prefix caches)."""
     while gateway:
         choice = router.choose(route_for(gateway[0], sims), list(loads.values()))
         if choice is None:
             return
-        replica, sim = by_id[choice.replica_id]
+        replica, sim = fleet[choice.replica_id]
         sim.submit(gateway.popleft(), now)
         loads[choice.replica_id] = load_of(replica)
 
