@@ -21,12 +21,13 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tandem.contracts import Profile
 from tandem.sim.prefix_cache import PrefixCache
 
-__all__ = ["SimReplica", "SimSequence"]
+__all__ = ["SimReplica", "SimSequence", "decode_iteration_times"]
 
 _EPS = 1e-9
 
@@ -61,20 +62,30 @@ class SimSequence:
         return (self.finished_s - self.first_token_s) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
 
 
+def decode_iteration_times(profile: Profile) -> tuple[float, ...]:
+    """Seconds per engine iteration at n decoding sequences, n = 0 .. max_slots (without prefill)."""
+    if profile.max_slots < 1 or not profile.decode_tokens_per_s or min(profile.decode_tokens_per_s.values()) <= 0:
+        raise ValueError(f"the Profile of {profile.recipe!r} needs max_slots >= 1 and positive decode rates")
+    return (0.0, *(n / profile.decode_capacity(n) for n in range(1, profile.max_slots + 1)))
+
+
 class SimReplica:
     def __init__(
-        self, replica_id: str, profile: Profile, prefill_chunk_tokens: int = 512, block_tokens: int = 0
+        self,
+        replica_id: str,
+        profile: Profile,
+        prefill_chunk_tokens: int = 512,
+        block_tokens: int = 0,
+        iteration_s: Sequence[float] | None = None,
     ) -> None:
-        """`block_tokens` > 0: a prefix block cache of blocks this long (tandem.sim.prefix_cache)."""
-        if profile.max_slots < 1 or not profile.decode_tokens_per_s or min(profile.decode_tokens_per_s.values()) <= 0:
-            raise ValueError(f"the Profile of {profile.recipe!r} needs max_slots >= 1 and positive decode rates")
+        """`block_tokens` > 0: a prefix block cache of blocks this long (tandem.sim.prefix_cache). `iteration_s`:
+        `decode_iteration_times(profile)`, when the caller starts many replicas of one Profile (default: computed)."""
+        self.decode_iteration_s = decode_iteration_times(profile) if iteration_s is None else iteration_s
         self.replica_id = replica_id
         self.profile = profile
         self.chunk = prefill_chunk_tokens
         self.prefill_rate = profile.prefill_tokens_per_s if profile.prefill_tokens_per_s > 0 else math.inf
         self.kv_budget = profile.kv_cache_tokens  # 0: slots only (tandem's engine reserves a slot of max_model_len)
-        # Seconds per iteration at n decoding sequences, n = 0 .. max_slots (decode_capacity sorts: cache it).
-        self.decode_iteration_s = [0.0] + [n / profile.decode_capacity(n) for n in range(1, profile.max_slots + 1)]
         self.waiting: deque[SimSequence] = deque()  # submitted, no slot yet (FCFS)
         self.prefilling: deque[SimSequence] = deque()  # admitted, prompt not done
         self.decoding: list[tuple[float, int, SimSequence]] = []  # heap of (counter value when done, seq no, seq)

@@ -34,7 +34,7 @@ from tandem.schedule.routers import AdmissionCap, LeastOutstanding, Router
 from tandem.schedule.traffic import DemandMeter
 from tandem.schedule.variant import Variant
 from tandem.sim.prefix_cache import route_for
-from tandem.sim.replica import SimReplica, SimSequence
+from tandem.sim.replica import SimReplica, SimSequence, decode_iteration_times
 from tandem.sim.trace import TraceRequest
 
 __all__ = ["SimConfig", "SimResult", "simulate"]
@@ -168,6 +168,7 @@ def simulate(
     clock = _Clock(math.floor(start) - boot - config.tick_s)  # the minimum fleet is ready first
     backend = FakeBackend(clock, startup_s=boot)
     sims: dict[str, SimReplica] = {}
+    iteration_s = decode_iteration_times(serving or profile)  # every replica's, computed once
     demand = DemandMeter(config.demand_window_s)
     gateway: deque[SimSequence] = deque()
     result = SimResult(duration, config.ttft_slo_s, config.tpot_slo_s)
@@ -181,8 +182,9 @@ def simulate(
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:
             sims[replica.replica_id] = SimReplica(
-                replica.replica_id, serving or profile, config.prefill_chunk_tokens, config.prefix_block_tokens
-            )
+                replica.replica_id, serving or profile, config.prefill_chunk_tokens, config.prefix_block_tokens,
+                iteration_s,
+            )  # fmt: skip
         return sims[replica.replica_id]
 
     reported: dict[str, tuple[int, bool, ReplicaLoad]] = {}  # replica id -> (its SimReplica's version, healthy, load)
@@ -230,8 +232,8 @@ def simulate(
     next_tick, end = clock.now, duration + config.tail_s
     nodes_cache: dict[int, int] = {}
     # The fleet changes only in a controller tick: between two, the replicas, their sims and the live count are
-    # kept, and `loads` (what the router is shown) is refreshed for a replica only when a step or a submit
-    # changed it, exactly the loads a fresh look at every replica would give.
+    # kept, and `loads` (what the router is shown: the ready replicas') is refreshed for a replica only when a
+    # step or a submit changed it, exactly the loads a fresh look at every replica would give.
     fleet_changed = True
     replicas: list[Replica] = []
     fleet: dict[str, tuple[Replica, SimReplica]] = {}
@@ -250,8 +252,10 @@ def simulate(
         if fleet_changed:  # the controller ticked: the backend's list (and each replica's health) may differ
             replicas = backend.list()
             fleet = {r.replica_id: (r, sim_of(r)) for r in replicas}
-            fleet_sims = [sim for _, sim in fleet.values()]
-            loads = {r.replica_id: load_of(r) for r in replicas}
+            # The router is shown the ready replicas only: every router picks among healthy ones (routers.eligible),
+            # so the starting and draining ones would only cost it time (most of a fleet in a scale-up).
+            loads = {r.replica_id: load_of(r) for r in replicas if r.state is ReplicaState.READY}
+            fleet_sims = [fleet[replica_id][1] for replica_id in loads]
             live = sum(1 for r in replicas if r.live)
             for replica_id in [rid for rid in sims if rid not in fleet]:
                 gone = sims.pop(replica_id).in_flight()  # stopped with work on it
@@ -274,7 +278,8 @@ def simulate(
                     # As the gateway counts: a request's prompt and output tokens once it has finished.
                     demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens,
                                   result.meets_slo(seq))  # fmt: skip
-                loads[replica.replica_id] = load_of(replica)
+                if replica.replica_id in loads:
+                    loads[replica.replica_id] = load_of(replica)
         if 0 <= now < duration:
             result.replica_seconds += len(replicas) * min(dt, duration - now)
             result.min_live = live if result.min_live is None else min(result.min_live, live)
