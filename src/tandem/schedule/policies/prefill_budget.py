@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from tandem.contracts import Profile
 from tandem.schedule.policies.context import TokenDemand
-from tandem.schedule.policies.slo import _decode_rates, slo_capacity
+from tandem.schedule.policies.slo import SloCapacity, _decode_rates, live_capacity
 
-__all__ = ["PrefillBudget", "prefill_budget"]
+__all__ = ["PrefillBudget", "admission", "prefill_budget"]
 
 
 @dataclass(frozen=True)
@@ -58,15 +58,30 @@ def prefill_budget(
 ) -> PrefillBudget | None:
     """The budget for the mix the gateway sees now (the finished requests of its demand window), at the
     SLO batch `slo_capacity` chooses for it. None while nothing has finished (no mix: no token cap)."""
-    if demand.requests_per_s <= 0 or demand.output_tokens_per_s <= 0 or profile.prefill_tokens_per_s <= 0:
+    if profile.prefill_tokens_per_s <= 0:
         return None
-    prompt = demand.prompt_tokens_per_s / demand.requests_per_s
-    output = demand.output_tokens_per_s / demand.requests_per_s
-    mix = demand.prompt_tokens_per_s / demand.output_tokens_per_s
-    cap = slo_capacity(profile, tpot_slo_s, mix, prompt + output, prompt_tokens=prompt, ttft_budget_s=ttft_budget_s,
-                       chunk_tokens=chunk_tokens)  # fmt: skip
+    cap = live_capacity(profile, tpot_slo_s, demand, ttft_budget_s, chunk_tokens)
+    return _budget(profile, tpot_slo_s, demand, cap) if cap is not None else None
+
+
+def admission(
+    profile: Profile,
+    tpot_slo_s: float,
+    demand: TokenDemand,
+    ttft_budget_s: float | None = None,
+    chunk_tokens: int = 512,
+) -> tuple[int | None, PrefillBudget | None]:
+    """(`admission_limit`, `prefill_budget`) of one mix, its SLO capacity computed once (asked every tick)."""
+    cap = live_capacity(profile, tpot_slo_s, demand, ttft_budget_s, chunk_tokens)
+    if cap is None:
+        return None, None
+    return cap.admit, (_budget(profile, tpot_slo_s, demand, cap) if profile.prefill_tokens_per_s > 0 else None)
+
+
+def _budget(profile: Profile, tpot_slo_s: float, demand: TokenDemand, cap: SloCapacity) -> PrefillBudget:
     rate = profile.prefill_tokens_per_s
     slack_s = max(0.0, tpot_slo_s - cap.iteration_s)  # per iteration, left over by the steady state
+    output = demand.output_tokens_per_s / demand.requests_per_s
     life = demand.short_output_tokens if demand.short_output_tokens is not None else output
     rates = _decode_rates(profile, max(profile.max_slots, 1))
     pace = tuple(max(0.0, 1.0 - (n / rates[n] if n and rates[n] > 0 else 0.0) / tpot_slo_s) * rate

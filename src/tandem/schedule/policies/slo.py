@@ -8,14 +8,14 @@ scheduler changing a line.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from tandem.contracts import Profile
 from tandem.schedule.policies.context import TokenDemand
 
-__all__ = ["SloCapacity", "admission_limit", "slo_capacity"]
+__all__ = ["SloCapacity", "admission_limit", "live_capacity", "slo_capacity"]
 
 
 @dataclass(frozen=True)
@@ -108,18 +108,36 @@ def slo_capacity(
             return "ttft", per_token, prompt_rate
         return None, per_token, prompt_rate
 
-    best: SloCapacity | None = None
+    best: tuple[int, float, float, float] | None = None  # (batch, rate, per_token, prompt_rate): asked every tick
     for batch in range(1, most + 1):
         broken, per_token, prompt_rate = point(batch)
         rate = rates[batch]
-        if broken is None and (best is None or rate >= best.output_tokens_per_s):
-            best = SloCapacity(batch, rate, True, limit, per_token, prompt_rate)
+        if broken is None and (best is None or rate >= best[1]):
+            best = (batch, rate, per_token, prompt_rate)
     if best is None:
         rate = profile.decode_capacity(1)
         return SloCapacity(1, rate, False, point(1)[0] or "tpot", point(1)[1], 0.0)
-    if best.batch < most:
-        best = replace(best, bound=point(best.batch + 1)[0] or "tpot")  # the next batch breaks it, or pays less
-    return best
+    batch, rate, per_token, prompt_rate = best
+    bound = (point(batch + 1)[0] or "tpot") if batch < most else limit  # the next batch breaks it, or pays less
+    return SloCapacity(batch, rate, True, bound, per_token, prompt_rate)
+
+
+def live_capacity(
+    profile: Profile,
+    tpot_slo_s: float,
+    demand: TokenDemand,
+    ttft_budget_s: float | None = None,
+    chunk_tokens: int = 512,
+) -> SloCapacity | None:
+    """`slo_capacity` for the length mix the gateway sees now (the finished requests of its demand window),
+    per phase (`ttft_budget_s`: what a prompt may wait on a replica). None while nothing finished."""
+    if demand.requests_per_s <= 0 or demand.output_tokens_per_s <= 0:
+        return None
+    prompt = demand.prompt_tokens_per_s / demand.requests_per_s
+    per_request = prompt + demand.output_tokens_per_s / demand.requests_per_s
+    mix = demand.prompt_tokens_per_s / demand.output_tokens_per_s
+    return slo_capacity(profile, tpot_slo_s, mix, per_request, prompt_tokens=prompt, ttft_budget_s=ttft_budget_s,
+                        chunk_tokens=chunk_tokens)  # fmt: skip
 
 
 def admission_limit(
@@ -131,11 +149,5 @@ def admission_limit(
 ) -> int | None:
     """The running sequences one replica should hold for the length mix the gateway sees now (the
     finished requests of its demand window): the SLO batch's `admit`. None while nothing finished."""
-    if demand.requests_per_s <= 0 or demand.output_tokens_per_s <= 0:
-        return None
-    prompt = demand.prompt_tokens_per_s / demand.requests_per_s
-    per_request = prompt + demand.output_tokens_per_s / demand.requests_per_s
-    mix = demand.prompt_tokens_per_s / demand.output_tokens_per_s
-    cap = slo_capacity(profile, tpot_slo_s, mix, per_request, prompt_tokens=prompt, ttft_budget_s=ttft_budget_s,
-                       chunk_tokens=chunk_tokens)  # fmt: skip
-    return cap.admit
+    cap = live_capacity(profile, tpot_slo_s, demand, ttft_budget_s, chunk_tokens)
+    return cap.admit if cap is not None else None
