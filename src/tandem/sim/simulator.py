@@ -25,16 +25,15 @@ from dataclasses import dataclass, field, replace
 
 from tandem.cluster.backend import Replica, ReplicaState
 from tandem.cluster.fake import FakeBackend
-from tandem.contracts import Profile, ReplicaLoad
+from tandem.contracts import Profile
 from tandem.schedule.controller import Controller, ControllerConfig, Pool
 from tandem.schedule.policies.context import Policy, ScaleLimits
-from tandem.schedule.policies.prefill_budget import PrefillBudget, prefill_budget
-from tandem.schedule.policies.slo import admission_limit
+from tandem.schedule.policies.prefill_budget import PrefillBudget, admission
 from tandem.schedule.routers import AdmissionCap, LeastOutstanding, Router
 from tandem.schedule.traffic import DemandMeter
 from tandem.schedule.variant import Variant
-from tandem.sim.prefix_cache import route_for
 from tandem.sim.replica import SimReplica, SimSequence, decode_iteration_times
+from tandem.sim.router_view import LoadReader, RouterView
 from tandem.sim.trace import TraceRequest
 
 __all__ = ["SimConfig", "SimResult", "simulate"]
@@ -187,29 +186,8 @@ def simulate(
             )  # fmt: skip
         return sims[replica.replica_id]
 
-    reported: dict[str, tuple[int, bool, ReplicaLoad]] = {}  # replica id -> (its SimReplica's version, healthy, load)
-
-    def load_of(replica: Replica) -> ReplicaLoad:
-        # Asked per replica at every dispatch and tick: a replica that did not change since it was last asked
-        # (the same SimReplica.version, the same health) reports the same (frozen) load again.
-        sim = sims.get(replica.replica_id) or sim_of(replica)
-        healthy = replica.state is ReplicaState.READY
-        last = reported.get(replica.replica_id)
-        if last is not None and last[0] == sim.version and last[1] is healthy:
-            return last[2]
-        running = len(sim.prefilling) + len(sim.decoding)
-        load = ReplicaLoad(
-            replica.replica_id,
-            replica.region,
-            replica.variant,
-            running=running,
-            waiting=len(sim.waiting),
-            kv_used=running / profile.max_slots,
-            healthy=healthy,
-            prefill_tokens=sim.prefill_pending,
-        )
-        reported[replica.replica_id] = (sim.version, healthy, load)
-        return load
+    load_of = LoadReader(sim_of, profile.max_slots)
+    view = RouterView(router, load_of)
 
     controller = Controller(
         backend,
@@ -231,14 +209,11 @@ def simulate(
     in_flight = 0  # requests arrived and not finished (or lost)
     next_tick, end = clock.now, duration + config.tail_s
     nodes_cache: dict[int, int] = {}
-    # The fleet changes only in a controller tick: between two, the replicas, their sims and the live count are
-    # kept, and `loads` (what the router is shown: the ready replicas') is refreshed for a replica only when a
-    # step or a submit changed it, exactly the loads a fresh look at every replica would give.
+    # The fleet changes only in a controller tick: between two, the replicas, their sims and the live count are kept
+    # (and what the router is shown of them: tandem.sim.router_view).
     fleet_changed = True
     replicas: list[Replica] = []
-    fleet: dict[str, tuple[Replica, SimReplica]] = {}
-    fleet_sims: list[SimReplica] = []
-    loads: dict[str, ReplicaLoad] = {}
+    fleet: list[tuple[Replica, SimReplica]] = []
     live = 0
     while clock.now < end:
         now, dt = clock.now, config.dt_s
@@ -251,26 +226,24 @@ def simulate(
                 result.requests.append(seq)
         if fleet_changed:  # the controller ticked: the backend's list (and each replica's health) may differ
             replicas = backend.list()
-            fleet = {r.replica_id: (r, sim_of(r)) for r in replicas}
-            # The router is shown the ready replicas only: every router picks among healthy ones (routers.eligible),
-            # so the starting and draining ones would only cost it time (most of a fleet in a scale-up).
-            loads = {r.replica_id: load_of(r) for r in replicas if r.state is ReplicaState.READY}
-            fleet_sims = [fleet[replica_id][1] for replica_id in loads]
+            fleet = [(r, sim_of(r)) for r in replicas]
+            view.reset(fleet)
             live = sum(1 for r in replicas if r.live)
-            for replica_id in [rid for rid in sims if rid not in fleet]:
+            present = {r.replica_id for r in replicas}
+            for replica_id in [rid for rid in sims if rid not in present]:
                 gone = sims.pop(replica_id).in_flight()  # stopped with work on it
-                reported.pop(replica_id, None)
+                load_of.forget(replica_id)
                 result.lost_requests.extend(gone)
                 in_flight -= len(gone)
             fleet_changed = False
-        _dispatch(gateway, router, loads, fleet, fleet_sims, load_of, now)
+        view.dispatch(gateway, now)
         result.max_buffered = max(result.max_buffered, len(gateway))
         parts = config.dispatch_substeps if config.admission_cap and gateway and config.dispatch_substeps > 1 else 1
         for part in range(parts):
             t, h = now + part * dt / parts, dt / parts
             if part:
-                _dispatch(gateway, router, loads, fleet, fleet_sims, load_of, t)
-            for replica, sim in fleet.values():
+                view.dispatch(gateway, t)
+            for replica, sim in fleet:
                 if not (sim.waiting or sim.prefilling or sim.decoding):
                     continue  # idle: a step would change nothing
                 for seq in sim.step(t, h):
@@ -278,8 +251,7 @@ def simulate(
                     # As the gateway counts: a request's prompt and output tokens once it has finished.
                     demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens,
                                   result.meets_slo(seq))  # fmt: skip
-                if replica.replica_id in loads:
-                    loads[replica.replica_id] = load_of(replica)
+                view.stepped(replica.replica_id)
         if 0 <= now < duration:
             result.replica_seconds += len(replicas) * min(dt, duration - now)
             result.min_live = live if result.min_live is None else min(result.min_live, live)
@@ -293,10 +265,9 @@ def simulate(
         if now >= next_tick:
             if config.admission_cap:
                 live = demand.rate(variant.name, now)
-                cap[0] = admission_limit(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
-                                         config.prefill_chunk_tokens) or cap[0]  # fmt: skip
-                budget[0] = prefill_budget(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
-                                           config.prefill_chunk_tokens) or budget[0]  # fmt: skip
+                limit, tokens = admission(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
+                                          config.prefill_chunk_tokens)  # fmt: skip
+                cap[0], budget[0] = limit or cap[0], tokens or budget[0]
             report = controller.tick()
             current, desired = report.desired.get(variant.name, (0, 0))
             if desired != current and now >= 0:
@@ -320,27 +291,6 @@ def _enqueue(gateway: deque, seq: SimSequence) -> None:
         return
     at = next(i for i, s in enumerate(gateway) if s.priority < seq.priority)
     gateway.insert(at, seq)
-
-
-def _dispatch(
-    gateway: deque,
-    router: Router,
-    loads: dict[str, ReplicaLoad],
-    fleet: dict[str, tuple[Replica, SimReplica]],
-    sims: list[SimReplica],
-    load_of: Callable[[Replica], ReplicaLoad],
-    now: float,
-) -> None:
-    """Route the gateway's requests, first to last, until the router refuses one. `loads`: each replica's current
-    load, by id in the fleet's order (kept current here); `fleet`: id -> (replica, its SimReplica); `sims`: the
-    SimReplicas in that order (a submit does not change their prefix caches)."""
-    while gateway:
-        choice = router.choose(route_for(gateway[0], sims), list(loads.values()))
-        if choice is None:
-            return
-        replica, sim = fleet[choice.replica_id]
-        sim.submit(gateway.popleft(), now)
-        loads[choice.replica_id] = load_of(replica)
 
 
 class _Clock:
