@@ -94,7 +94,7 @@ class SimReplica:
         self._seq_no = 0
         self._waiting_prompt = 0  # sum of the waiting prompts' tokens (what prefill_pending adds to the prefilling)
         self._prefilling_uncached = 0  # sum of prompt_tokens - cached_tokens over `prefilling` (the chunk's bound)
-        self.version = 0  # bumped by every submit and every step with work: unchanged, the replica's load is too
+        self.version = 0  # bumped by every change of the queues or of a prefill's progress (what a load reports)
         self.prefix = PrefixCache(profile.kv_budget_tokens, block_tokens) if block_tokens > 0 else None
 
     @property
@@ -131,10 +131,12 @@ class SimReplica:
             self.prefilling.append(self.waiting.popleft())
             self._waiting_prompt -= seq.prompt_tokens
             self._prefilling_uncached += seq.prompt_tokens - seq.cached_tokens
+            self.version += 1
 
     def _finish(self, seq: SimSequence, t: float, done: list[SimSequence]) -> None:
         seq.finished_s = t
         self.kv_used -= seq.kv_tokens
+        self.version += 1
         if self.prefix is not None:
             self.prefix.finished(seq)
         done.append(seq)
@@ -146,8 +148,6 @@ class SimReplica:
         done: list[SimSequence] = []
         t, end = now, now + dt
         waiting, prefilling, decoding = self.waiting, self.prefilling, self.decoding
-        if waiting or prefilling or decoding:
-            self.version += 1
         slots, chunk_max, prefill_rate, decode_iteration_s = (
             self.profile.max_slots, self.chunk, self.prefill_rate, self.decode_iteration_s
         )  # fmt: skip
@@ -185,6 +185,7 @@ class SimReplica:
             if prefilling:
                 head = prefilling[0]
                 head.prefill_left -= elapsed * prefill_speed if elapsed > 0 else 0.0
+                self.version += 1
                 if nxt == prefill_done or head.prefill_left <= 1e-6:
                     prefilling.popleft()
                     self._prefilling_uncached -= head.prompt_tokens - head.cached_tokens

@@ -7,8 +7,9 @@ rebuilding every replica's `ReplicaLoad` for every dispatch was most of a simula
 - the fleet (which replicas there are, and their health) changes only in a controller tick: `reset` after each;
 - starting and draining replicas are left out: every router picks among healthy ones (`routers.eligible`), so
   they would only cost it time;
-- a replica's load is read again only after something changed it (a step with work: `stepped`; a submit),
-  and only when the router is next asked (while nothing waits at the gateway it is not asked);
+- a replica's load is read again only after something changed its queues (a step that moved its
+  SimReplica's `version`: `stepped`; a submit), and only when the router is next asked (while nothing waits
+  at the gateway it is not asked);
 - a replica whose numbers did not change reports the same (frozen) load again (`LoadReader`).
 
 The router sees exactly the loads a fresh reading of every ready replica would give, in the fleet's order
@@ -82,6 +83,7 @@ class RouterView:
         self.stale.clear()
 
     def stepped(self, replica_id: str) -> None:
+        """A step changed the replica's queues (its SimReplica's version moved)."""
         self.stale.add(replica_id)
 
     def dispatch(self, gateway: deque[SimSequence], now: float) -> None:

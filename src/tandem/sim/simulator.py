@@ -246,12 +246,14 @@ def simulate(
             for replica, sim in fleet:
                 if not (sim.waiting or sim.prefilling or sim.decoding):
                     continue  # idle: a step would change nothing
+                version = sim.version
                 for seq in sim.step(t, h):
                     in_flight -= 1
                     # As the gateway counts: a request's prompt and output tokens once it has finished.
                     demand.record(variant.name, seq.finished_s, seq.prompt_tokens, seq.output_tokens,
                                   result.meets_slo(seq))  # fmt: skip
-                view.stepped(replica.replica_id)
+                if sim.version != version:
+                    view.stepped(replica.replica_id)
         if 0 <= now < duration:
             result.replica_seconds += len(replicas) * min(dt, duration - now)
             result.min_live = live if result.min_live is None else min(result.min_live, live)
