@@ -168,6 +168,8 @@ def simulate(
     backend = FakeBackend(clock, startup_s=boot)
     sims: dict[str, SimReplica] = {}
     iteration_s = decode_iteration_times(serving or profile)  # every replica's, computed once
+    # A trace without block ids would only keep the caches' books: no request could reuse a block.
+    block_tokens = config.prefix_block_tokens if any(r.blocks for r in (*warmup, *trace)) else 0
     demand = DemandMeter(config.demand_window_s)
     gateway: deque[SimSequence] = deque()
     result = SimResult(duration, config.ttft_slo_s, config.tpot_slo_s)
@@ -181,8 +183,7 @@ def simulate(
     def sim_of(replica: Replica) -> SimReplica:
         if replica.replica_id not in sims:
             sims[replica.replica_id] = SimReplica(
-                replica.replica_id, serving or profile, config.prefill_chunk_tokens, config.prefix_block_tokens,
-                iteration_s,
+                replica.replica_id, serving or profile, config.prefill_chunk_tokens, block_tokens, iteration_s,
             )  # fmt: skip
         return sims[replica.replica_id]
 
