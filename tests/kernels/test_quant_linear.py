@@ -82,11 +82,27 @@ def test_int4_matches_a_dequantized_matmul(n, k, group, bias):
     scales = torch.rand(n, k // group, generator=gen) * 0.02 + 1e-3
     b = torch.randn(n, generator=gen) if bias else None
     packed = pack_int4(q, scales, group)
-    for rows in (1, 2, 3, 4, 6, 9, QUANT_MAX_ROWS):
+    for rows in (1, 2, 3, 4, 6, 9, QUANT_MAX_ROWS, 32):  # int4's kernel serves every row count
         x = torch.randn(rows, k, generator=gen)
         got = int4_linear(x, packed, b)
         expected = reference_int4(x, q, scales, group, b)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+@pytest.mark.parametrize("group", [32, 64])
+@pytest.mark.parametrize("q_value", [7, -8])
+def test_int4_sums_at_the_int16_limit_are_exact(group, q_value):
+    """Every weight at one extreme and every activation at 127 in magnitude: the AVX2 path's int16
+    partial sums (32 k of u4 x s8 products) reach their largest, 30480, and the result is still exact."""
+    n, k = 48, 256
+    q = torch.full((n, k), q_value, dtype=torch.int8)
+    scales = torch.full((n, k // group), 1e-3)
+    packed = pack_int4(q, scales, group)
+    for rows in (1, 4, 32):
+        x = torch.ones(rows, k)
+        x[1::2] = -1.0  # rows alternate sign
+        got = int4_linear(x, packed, None)
+        torch.testing.assert_close(got, reference_int4(x, q, scales, group, None), rtol=1e-6, atol=0)
 
 
 def test_int4_pads_a_width_that_is_not_a_multiple_of_the_group():
