@@ -26,15 +26,15 @@ KEY = "gateway-key"
 BODY = {"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 6}
 
 
-def replica_processes(marker: str) -> list[int]:
-    """Processes whose command line holds `marker` and a --replica-id (the gateway's replicas)."""
+def replica_processes(*markers: str) -> list[int]:
+    """Processes whose command line holds every marker and a --replica-id (the gateway's replicas)."""
     pids = []
     for entry in Path("/proc").iterdir():
         try:
             cmdline = (entry / "cmdline").read_bytes().decode(errors="replace") if entry.name.isdigit() else ""
         except OSError:
             continue
-        if marker in cmdline and "\0--replica-id\0" in cmdline:
+        if all(marker in cmdline for marker in markers) and "\0--replica-id\0" in cmdline:
             pids.append(int(entry.name))
     return pids
 
@@ -48,7 +48,8 @@ def check_the_fleet_secret(gateway: ServerProcess, replica: dict, replica_log: P
         assert httpx.get(url + "/load", headers=headers, timeout=30).status_code == 401
         assert httpx.get(url + "/metrics", headers=headers, timeout=30).status_code == 401
     assert httpx.get(url + "/health", timeout=30).status_code == 200  # probes stay open
-    (pid,) = replica_processes(replica["id"])
+    # Its id and its port: the other test worker may run a replica of the same id at the same time.
+    (pid,) = replica_processes(f"\0{replica['id']}\0", f"\0{replica['address'].rsplit(':', 1)[1]}\0")
     environ = dict(
         entry.split("=", 1) for entry in (Path("/proc") / str(pid) / "environ").read_text().split("\0") if "=" in entry
     )
