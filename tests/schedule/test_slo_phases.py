@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.schedule.policies import TokenDemand, slo_capacity
-from tandem.schedule.policies.slo import admission_limit
+from tandem.schedule.policies.prefill_budget import admission
 
 from .helpers import profile
 
@@ -47,6 +47,6 @@ def test_without_a_mix_only_decode_and_the_slots_count():
 def test_the_admission_cap_follows_the_live_mix():
     long_mix = TokenDemand(prompt_tokens_per_s=6000.0, output_tokens_per_s=100.0, requests_per_s=1.0)
     chat = TokenDemand(prompt_tokens_per_s=100.0, output_tokens_per_s=100.0, requests_per_s=1.0)
-    assert admission_limit(SLOW_PREFILL, 0.1, long_mix) == 6
-    assert admission_limit(FLAT, 0.1, chat) == 17  # short prompts: every slot, plus one prefilling
-    assert admission_limit(FLAT, 0.1, TokenDemand()) is None  # nothing finished yet: no cap
+    assert admission(SLOW_PREFILL, 0.1, long_mix)[0] == 6
+    assert admission(FLAT, 0.1, chat)[0] == 17  # short prompts: every slot, plus one prefilling
+    assert admission(FLAT, 0.1, TokenDemand())[0] is None  # nothing finished yet: no cap

@@ -2,8 +2,8 @@
 budget and pace of the length mix the gateway sees now, exactly as `tandem sim --admission-cap` models it.
 
 `SloAdmission` is a router around the deployment's: a request for a variant goes through that variant's
-`AdmissionCap`, whose request cap (`policies.slo.admission_limit`) and prompt-token budget and pace
-(`policies.prefill_budget`) are remade from the variant's Profile and the gateway's demand window at most
+`AdmissionCap`, whose request cap and prompt-token budget and pace (`policies.prefill_budget.admission`)
+are remade from the variant's Profile and the gateway's demand window at most
 once a `refresh_s` (the controller's tick), as the simulator does. Until the variant has a Profile and
 finished requests to read a mix from, nothing is capped. A request no replica admits waits at the gateway
 (the dispatcher's buffer): a fleet sized too small shows as TTFT, not as every running user's TPOT.
@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 from tandem.contracts import Profile, ReplicaLoad
 from tandem.gateway.observers import DemandObserver, also_observe
 from tandem.schedule.policies import CapacityParams, TokenDemand
-from tandem.schedule.policies.prefill_budget import PrefillBudget, prefill_budget
-from tandem.schedule.policies.slo import admission_limit
+from tandem.schedule.policies.prefill_budget import PrefillBudget, admission
 from tandem.schedule.routers import AdmissionCap, Router, RouteRequest
 
 if TYPE_CHECKING:
@@ -56,8 +55,7 @@ class SloAdmission:
             if profile is not None:
                 live = self.demand(variant, now)
                 delay = params.queue_share * params.ttft_slo_s
-                cap = admission_limit(profile, params.tpot_slo_s, live, delay, params.chunk_tokens)
-                budget = prefill_budget(profile, params.tpot_slo_s, live, delay, params.chunk_tokens)
+                cap, budget = admission(profile, params.tpot_slo_s, live, delay, params.chunk_tokens)
             if made is not None:  # a window with nothing finished keeps the last mix's limits
                 cap, budget = cap if cap is not None else made[1], budget if budget is not None else made[2]
             made = (now, cap, budget)

@@ -213,8 +213,9 @@ def _embedding(vocab_size: int, hidden_size: int) -> nn.Embedding:
     """nn.Embedding, randomly initialised except on the meta device (Transformer.empty), where there
     is nothing to initialise and nn.init.normal_ would import torch._dynamo (1.5 s in every process
     that loads a model)."""
-    weight = torch.empty(vocab_size, hidden_size)
-    return nn.Embedding(vocab_size, hidden_size, _weight=weight if weight.is_meta else None)
+    if torch.get_default_device().type == "meta":
+        return nn.Embedding(vocab_size, hidden_size, _weight=torch.empty(vocab_size, hidden_size))
+    return nn.Embedding(vocab_size, hidden_size)
 
 
 class Transformer(nn.Module):

@@ -9,7 +9,7 @@ the chosen load, or None when no healthy replica is eligible.
 - `RegionAware`: the request's region first; spills to other regions only when all of its
   region's replicas are saturated (or it has none).
 - `AdmissionCap`: wraps any router; a replica already holding the cap's requests (the SLO batch for
-  the current length mix, `policies.slo.admission_limit`) takes no more, nor one whose prompt tokens
+  the current length mix, `policies.prefill_budget.admission`) takes no more, nor one whose prompt tokens
   still to prefill, with this request's, exceed the token budget (`policies.prefill_budget`: what its
   decoding rows can carry within the TPOT target), nor (with a clock) one sent prompt tokens faster than
   the budget's pace for its running rows (`paced`, a leaky bucket per replica; a prompt costs what the

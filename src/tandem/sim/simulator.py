@@ -267,17 +267,17 @@ def simulate(
                 result.node_seconds += nodes_cache[len(replicas)] * min(dt, duration - now)
         if now >= next_tick:
             if config.admission_cap:
-                live = demand.rate(variant.name, now)
-                limit, tokens = admission(profile, config.tpot_slo_s, live, 0.75 * config.ttft_slo_s,
+                mix = demand.rate(variant.name, now)
+                limit, tokens = admission(profile, config.tpot_slo_s, mix, 0.75 * config.ttft_slo_s,
                                           config.prefill_chunk_tokens)  # fmt: skip
                 cap[0], budget[0] = limit or cap[0], tokens or budget[0]
             report = controller.tick()
             current, desired = report.desired.get(variant.name, (0, 0))
             if desired != current and now >= 0:
                 result.decisions["up" if desired > current else "down"] += 1
-            fleet = backend.list()
-            ready = sum(1 for r in fleet if r.state is ReplicaState.READY)
-            result.timeline.append((now, sum(1 for r in fleet if r.live), ready))
+            listed = backend.list()
+            ready = sum(1 for r in listed if r.state is ReplicaState.READY)
+            result.timeline.append((now, sum(1 for r in listed if r.live), ready))
             next_tick += config.tick_s
             fleet_changed = True
         clock.now = now + dt

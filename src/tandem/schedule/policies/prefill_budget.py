@@ -71,7 +71,9 @@ def admission(
     ttft_budget_s: float | None = None,
     chunk_tokens: int = 512,
 ) -> tuple[int | None, PrefillBudget | None]:
-    """(`admission_limit`, `prefill_budget`) of one mix, its SLO capacity computed once (asked every tick)."""
+    """The admission of one mix, its SLO capacity computed once: (the running sequences one replica should
+    hold, the SLO batch's `admit`; its `prefill_budget`). (None, None) while nothing has finished; the
+    budget None without a prefill rate. The gateway (`gateway.slo_admission`) and the simulator ask this."""
     cap = live_capacity(profile, tpot_slo_s, demand, ttft_budget_s, chunk_tokens)
     if cap is None:
         return None, None

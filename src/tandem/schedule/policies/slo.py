@@ -15,7 +15,7 @@ import numpy as np
 from tandem.contracts import Profile
 from tandem.schedule.policies.context import TokenDemand
 
-__all__ = ["SloCapacity", "admission_limit", "live_capacity", "slo_capacity"]
+__all__ = ["SloCapacity", "live_capacity", "slo_capacity"]
 
 
 @dataclass(frozen=True)
@@ -138,16 +138,3 @@ def live_capacity(
     mix = demand.prompt_tokens_per_s / demand.output_tokens_per_s
     return slo_capacity(profile, tpot_slo_s, mix, per_request, prompt_tokens=prompt, ttft_budget_s=ttft_budget_s,
                         chunk_tokens=chunk_tokens)  # fmt: skip
-
-
-def admission_limit(
-    profile: Profile,
-    tpot_slo_s: float,
-    demand: TokenDemand,
-    ttft_budget_s: float | None = None,
-    chunk_tokens: int = 512,
-) -> int | None:
-    """The running sequences one replica should hold for the length mix the gateway sees now (the
-    finished requests of its demand window): the SLO batch's `admit`. None while nothing finished."""
-    cap = live_capacity(profile, tpot_slo_s, demand, ttft_budget_s, chunk_tokens)
-    return cap.admit if cap is not None else None
