@@ -66,7 +66,7 @@ def test_prompts_and_large_steps_go_layer_by_layer(tiny_llama_dir):
         module(prompt.tokens, cache, prompt)
         assert module._decode_plan is None
         tables = [[i] for i in range(DECODE_MAX_TOKENS + 1)]
-        wide = ForwardBatch.build([[5]] * (DECODE_MAX_TOKENS + 1), tables, [3] * 17, BLOCK, None, 1, True)
+        wide = ForwardBatch.build([[5]] * (DECODE_MAX_TOKENS + 1), tables, [3] * (DECODE_MAX_TOKENS + 1), BLOCK, None, 1, True)
         module(wide.tokens, cache, wide)
         assert module._decode_plan is None
 

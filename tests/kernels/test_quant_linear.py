@@ -89,6 +89,23 @@ def test_int4_matches_a_dequantized_matmul(n, k, group, bias):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
 
 
+@pytest.mark.parametrize("k,group", [(768, 32), (1000, 32), (384, 128), (2048, 64), (200, 8)])
+def test_int4_rows_get_the_same_bits_in_any_batch(k, group):
+    """Batched steps (3+ rows: K in chunks, 4-row tiles) and single-row steps (the 1-2 row tiles)
+    sum the same integers and run the same float epilogue per group: a row's output is bit for bit
+    the same whichever batch it rides in."""
+    gen = torch.Generator().manual_seed(k + group)
+    n = 72
+    q = torch.randint(-8, 8, (n, k), generator=gen, dtype=torch.int8)
+    scales = torch.rand(n, -(-k // group), generator=gen) * 0.02 + 1e-3
+    packed = pack_int4(q, scales, group)
+    bias = torch.randn(n, generator=gen)
+    x = torch.randn(32, k, generator=gen) * torch.logspace(-2, 2, 32)[:, None]
+    alone = torch.cat([int4_linear(x[i : i + 1], packed, bias) for i in range(32)])
+    for rows in (3, 4, 5, 7, 16, 32):
+        assert torch.equal(int4_linear(x[:rows], packed, bias), alone[:rows]), rows
+
+
 @pytest.mark.parametrize("group", [32, 64])
 @pytest.mark.parametrize("q_value", [7, -8])
 def test_int4_sums_at_the_int16_limit_are_exact(group, q_value):

@@ -21,9 +21,10 @@ from tandem.kernels.quant_linear import FBGEMM_UNIT_INV, Int4Packed, Int8Packed
 
 __all__ = ["DecodePlan", "KernelLinear", "DECODE_MAX_TOKENS"]
 
-# Tokens per step the fused decoder serves (decode rows, short verification rows): the quantized
-# kernels' register-blocked range. Larger steps are matmul-bound and go layer by layer.
-DECODE_MAX_TOKENS = 16
+# Tokens per step the fused decoder serves (decode rows, verification rows): batch-32 decode steps
+# included (on 2 Zen 1 cores, int4 + bf16 cache, 134M model: ~10% more tok/s than layer by layer,
+# int8 ~25%). Larger steps (prompts) are matmul-bound and go layer by layer.
+DECODE_MAX_TOKENS = 32
 _ZERO_POINT = 128
 
 
