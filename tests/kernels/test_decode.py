@@ -65,8 +65,8 @@ def test_prompts_and_large_steps_go_layer_by_layer(tiny_llama_dir):
         prompt = ForwardBatch.build([[5, 6, 7]], [[0]], [0], BLOCK, None, 1, kernels=True)
         module(prompt.tokens, cache, prompt)
         assert module._decode_plan is None
-        tables = [[i] for i in range(DECODE_MAX_TOKENS + 1)]
-        wide = ForwardBatch.build([[5]] * (DECODE_MAX_TOKENS + 1), tables, [3] * (DECODE_MAX_TOKENS + 1), BLOCK, None, 1, True)
+        rows = DECODE_MAX_TOKENS + 1
+        wide = ForwardBatch.build([[5]] * rows, [[i] for i in range(rows)], [3] * rows, BLOCK, None, 1, True)
         module(wide.tokens, cache, wide)
         assert module._decode_plan is None
 

@@ -123,7 +123,10 @@ def _compile_flags(compiler: str) -> tuple[str, ...]:
     try:
         done = subprocess.run(
             [compiler, *FLAGS, *TUNING_FLAGS, "-x", "c", "-c", "-o", os.devnull, "-"],
-            input="", capture_output=True, text=True, timeout=60,
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except (OSError, subprocess.SubprocessError):
         return tuple(FLAGS)
