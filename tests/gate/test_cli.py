@@ -69,14 +69,14 @@ def test_a_good_candidate_passes_all_three(tmp_path, loose_latency):
     """int8+ngram against baseline, Profiles measured by `tandem profile` subprocesses and cached."""
     settings = loose_latency
     if quant_kernel_isa() != "avx512-vnni":
-        # No VNNI on this CPU (an AVX2-only host): int8's batches over 16 rows run on fbgemm with
-        # 7-bit weights, and the cost verdict prices the throughput at the SLO batch (the largest
-        # within the TPOT SLO: 32 for this small model), where int8 runs at about baseline's speed
-        # there (198 against 186 tok/s at batch 32 on the 134M model). The Profiles are of one-thread
-        # replicas, timed on their CPU clock, so the other test worker's load does not move them (by
-        # wall time one CI run measured baseline and int8+ngram 2.2x apart). There the test holds
-        # only that int8 is not twice as dear; the 0% bar is held on VNNI hosts (the cost verdict
-        # itself: test_a_dearer_...).
+        # No VNNI on this CPU (an AVX2-only host): int8 runs with 7-bit weights on the AVX2 kernel,
+        # and the cost verdict prices the throughput at the SLO batch (the largest within the TPOT
+        # SLO: 32 for this small model), where int8 gains least over baseline on such a CPU (and
+        # int8+ngram's drafting costs a little). The Profiles are of one-thread replicas, timed on
+        # their CPU clock, so the other test worker's load does not move them (by wall time one CI
+        # run measured baseline and int8+ngram 2.2x apart). There the test holds only that int8 is
+        # not twice as dear; the 0% bar is held on VNNI hosts (the cost verdict itself:
+        # test_a_dearer_...).
         settings = tmp_path / "gate.yaml"
         settings.write_text(json.dumps({"gate": {"tolerances": {**LOOSE_LATENCY, "cost": 1.0}}}))
     report = tmp_path / "gate.html"
