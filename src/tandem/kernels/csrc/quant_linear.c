@@ -397,7 +397,7 @@ static inline __attribute__((always_inline)) void int4_tile2(const int R, const 
              : int4_tile2(R, NB, 0, x, k_pad, gs, groups, L, nb + b, o, n_pad))
 
 /* int4 on AVX2 for 3 or more rows (batched decode steps). Three things the tile above does not do,
- * which took this path from 40 to about 48 GMAC/s on 2 Zen 1 cores at 8-32 rows:
+ * which took this path from 39-40 to 43-45 GMAC/s on 2 Zen 1 cores at 8-32 rows (side by side):
  * - K in chunks of INT4_KCHUNK for every row tile before the next chunk, so a chunk of all rows'
  *   activations (32 rows x 256 bytes) and of the block's weights stay in L1 (32 rows of 768 k and
  *   two blocks of weights did not fit: every broadcast came from L2).
