@@ -136,13 +136,15 @@ def _compile_flags(compiler: str) -> tuple[str, ...]:
 def build(target: Path | None = None) -> Path:
     """Compile the kernels (if this source, compiler and CPU have no build yet); return the library."""
     compiler = _compiler()
-    compile_flags = list(_compile_flags(compiler))
     sources = [path.read_bytes() for path in (SOURCE, EXACT_SOURCE, DECODE_SOURCE)]
-    flags = " ".join(compile_flags + FAST_FLAGS + LINK_FLAGS + LIBS).encode()
+    # The key names the flags asked for: whether this compiler takes TUNING_FLAGS follows from the compiler,
+    # also in the key, so a cached build is found without asking it (every process start looks).
+    flags = " ".join(FLAGS + TUNING_FLAGS + FAST_FLAGS + LINK_FLAGS + LIBS).encode()
     key = hashlib.sha256(b"\0".join([*sources, flags, compiler.encode(), _cpu_flags().encode()]))
     target = target or cache_dir() / f"tandem_cpu_{key.hexdigest()[:16]}.so"
     if target.is_file():
         return target
+    compile_flags = _compile_flags(compiler)
     target.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename: processes starting together never load a half-written file.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)

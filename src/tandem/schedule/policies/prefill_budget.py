@@ -58,10 +58,7 @@ def prefill_budget(
 ) -> PrefillBudget | None:
     """The budget for the mix the gateway sees now (the finished requests of its demand window), at the
     SLO batch `slo_capacity` chooses for it. None while nothing has finished (no mix: no token cap)."""
-    if profile.prefill_tokens_per_s <= 0:
-        return None
-    cap = live_capacity(profile, tpot_slo_s, demand, ttft_budget_s, chunk_tokens)
-    return _budget(profile, tpot_slo_s, demand, cap) if cap is not None else None
+    return admission(profile, tpot_slo_s, demand, ttft_budget_s, chunk_tokens)[1]
 
 
 def admission(
