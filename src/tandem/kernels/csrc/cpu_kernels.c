@@ -612,7 +612,8 @@ void tandem_rms_norm(float *x, const float *residual, const float *weight, float
 /* One row of tandem_silu_mul. */
 ROW_FN void tandem_silu_mul_row(const float *g, float *o, int64_t inter) {
     const float *u = g + inter;
-#pragma omp simd
+    /* 8 lanes: gcc's tuning for AMD Zen 1 would pick 4 (SSE expf), at twice the calls */
+#pragma omp simd simdlen(8)
     for (int64_t k = 0; k < inter; k++) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
 }
 

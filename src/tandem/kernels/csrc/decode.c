@@ -30,7 +30,6 @@ void tandem_attend(void *w, const float *q, int64_t q_token_stride, float *out, 
                    int64_t row_start, int kvh, int heads, int kv_heads, int head_dim, int64_t block_size,
                    int64_t num_blocks, int64_t window, float scale);
 /* quant_linear.c */
-void tandem_share(int64_t blocks, int t, int threads, int64_t *lo, int64_t *hi);
 void tandem_int8_quantize(const float *x, int64_t x_stride, int64_t rows, int64_t K, int64_t k_pad, float a_inv,
                           int32_t zp, float *unit, float *scale, uint8_t *xq);
 void tandem_int8_part(int64_t rows, const uint8_t *xq, int64_t k_pad, const int8_t *w, const int32_t *zp_col,
@@ -67,7 +66,7 @@ typedef struct {
 
 /* A thread's private buffers for `rows` rows (kept per thread, grown on demand). */
 typedef struct {
-    float *h, *r, *a, *unit, *scale, *factor, *acc;
+    float *h, *r, *unit, *scale, *factor, *acc;
     uint8_t *xq;
     int32_t *gsum;
 } Private;
@@ -75,9 +74,9 @@ typedef struct {
 static __thread void *tls_arena = NULL;
 static __thread size_t tls_arena_size = 0;
 
-static int private_buffers(Private *p, int64_t rows, int64_t hidden, int64_t inter, int64_t widest, int64_t n_pad) {
+static int private_buffers(Private *p, int64_t rows, int64_t hidden, int64_t widest, int64_t n_pad) {
     const int64_t k_max = widest + 256; /* K padded to a group or to 4 */
-    const size_t floats = (size_t)(rows * (2 * hidden + inter + k_max + n_pad) + 2 * rows);
+    const size_t floats = (size_t)(rows * (2 * hidden + k_max + n_pad) + 2 * rows);
     const size_t bytes = sizeof(float) * floats + (size_t)(rows * k_max) + sizeof(int32_t) * (size_t)(rows * k_max / 8) + 256;
     if (bytes > tls_arena_size) {
         free(tls_arena);
@@ -91,7 +90,6 @@ static int private_buffers(Private *p, int64_t rows, int64_t hidden, int64_t int
     float *f = (float *)tls_arena;
     p->h = f, f += rows * hidden;
     p->r = f, f += rows * hidden;
-    p->a = f, f += rows * inter;
     p->unit = f, f += rows * k_max;
     p->acc = f, f += rows * n_pad;
     p->scale = f, f += rows;
@@ -101,31 +99,45 @@ static int private_buffers(Private *p, int64_t rows, int64_t hidden, int64_t int
     return 0;
 }
 
-/* This thread's share of out = x @ W^T (+ bias) for `rows` rows of x (contiguous, L->k wide);
- * out has L->n columns. With residual, out += residual on the same share (the stream's add). */
+/* Output blocks (16 channels each) per work chunk of linear_share, of `blocks`: threads take chunks
+ * as they free up (a thread slowed by a neighbour on the host, or by its share of attention, no
+ * longer holds the other at the barrier), each chunk a run of the weights long enough for the
+ * hardware prefetcher (about 8 chunks a thread), an even count (the pairs the kernels compute
+ * together). */
+static int64_t chunk_blocks(int64_t blocks) {
+    const int64_t c = blocks / (8 * omp_get_num_threads()) / 2 * 2;
+    return c > 4 ? c : 4;
+}
+
+/* This thread's part of out = x @ W^T (+ bias) for `rows` rows of x (contiguous, L->k wide); out
+ * has L->n columns. With residual, out += residual on the same columns (the stream's add). Every
+ * thread of the team calls it (a worksharing loop inside, no barrier at its end). A chunk's
+ * columns get the same bits whichever thread computes them. */
 static void linear_share(const DecodeModel *m, const QLinear *L, const float *x, int64_t rows, float *out,
-                         const float *residual, Private *p, int t, int threads) {
-    int64_t lo, hi;
-    tandem_share((L->n + 15) / 16, t, threads, &lo, &hi);
-    if (L->kind == LINEAR_INT8) {
+                         const float *residual, Private *p) {
+    if (L->kind == LINEAR_INT8)
         tandem_int8_quantize(x, L->k, rows, L->k, L->k_pad, (float)m->a_inv, (int32_t)m->zp, p->unit, p->scale, p->xq);
-        if (lo >= hi) return;
-        tandem_int8_part(rows, p->xq, L->k_pad, (const int8_t *)L->weight, L->zp_col, L->combined, out, L->n, lo, hi,
-                         (int32_t *)p->acc);
-    } else {
+    else
         tandem_int4_quantize(x, L->k, rows, L->k, L->k_pad, L->group, p->unit, p->scale, (int8_t *)p->xq, p->gsum,
                              p->factor);
-        if (lo >= hi) return;
-        tandem_int4_part(rows, (const int8_t *)p->xq, p->gsum, (const uint8_t *)L->weight,
-                         (const uint16_t *)L->scales, L->bias, L->n, L->k, L->k_pad, L->group, p->factor, out, lo, hi,
-                         p->acc);
-    }
-    const int64_t c_lo = lo * 16, c_hi = hi * 16 < L->n ? hi * 16 : L->n;
-    for (int64_t r = 0; r < rows; r++) {
-        float *o = out + r * L->n;
-        if (L->kind == LINEAR_INT8) tandem_scale_row(o, c_lo, c_hi, p->scale[r], L->bias);
-        if (residual)
-            for (int64_t c = c_lo; c < c_hi; c++) o[c] = o[c] + residual[r * L->n + c];
+    const int64_t blocks = (L->n + 15) / 16, chunk = chunk_blocks(blocks);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t lo = 0; lo < blocks; lo += chunk) {
+        const int64_t hi = lo + chunk < blocks ? lo + chunk : blocks;
+        if (L->kind == LINEAR_INT8)
+            tandem_int8_part(rows, p->xq, L->k_pad, (const int8_t *)L->weight, L->zp_col, L->combined, out, L->n, lo,
+                             hi, (int32_t *)p->acc);
+        else
+            tandem_int4_part(rows, (const int8_t *)p->xq, p->gsum, (const uint8_t *)L->weight,
+                             (const uint16_t *)L->scales, L->bias, L->n, L->k, L->k_pad, L->group, p->factor, out, lo,
+                             hi, p->acc);
+        const int64_t c_lo = lo * 16, c_hi = hi * 16 < L->n ? hi * 16 : L->n;
+        for (int64_t r = 0; r < rows; r++) {
+            float *o = out + r * L->n;
+            if (L->kind == LINEAR_INT8) tandem_scale_row(o, c_lo, c_hi, p->scale[r], L->bias);
+            if (residual)
+                for (int64_t c = c_lo; c < c_hi; c++) o[c] = o[c] + residual[r * L->n + c];
+        }
     }
 }
 
@@ -143,17 +155,16 @@ int tandem_decode_layers(const DecodeModel *m, float *x, int64_t n, const float 
     int64_t widest = H > Q ? H : Q, n_pad = QKV > 2 * I ? QKV : 2 * I;
     widest = widest > I ? widest : I;
     n_pad = (n_pad > H ? n_pad : H) + 16;
-    /* Shared: the q|k|v projection, attention output, o projection, gate|up projection. */
-    float *shared = (float *)malloc(sizeof(float) * (size_t)(n * (QKV + Q + H + 2 * I)));
+    /* Shared: the q|k|v projection, attention output, o projection, gate|up projection, its SwiGLU. */
+    float *shared = (float *)malloc(sizeof(float) * (size_t)(n * (QKV + Q + H + 3 * I)));
     if (!shared) return 1;
-    float *qkv = shared, *att = qkv + n * QKV, *o = att + n * Q, *gu = o + n * H;
+    float *qkv = shared, *att = qkv + n * QKV, *o = att + n * Q, *gu = o + n * H, *act = gu + n * 2 * I;
     int failed = 0;
 #pragma omp parallel num_threads(tandem_threads())
     {
-        const int t = omp_get_thread_num(), threads = omp_get_num_threads();
         Private p;
         void *scratch = tandem_attend_scratch();
-        const int mine_failed = private_buffers(&p, n, H, I, widest, n_pad) || !scratch;
+        const int mine_failed = private_buffers(&p, n, H, widest, n_pad) || !scratch;
         if (mine_failed) {
 #pragma omp atomic write
             failed = 1;
@@ -164,7 +175,7 @@ int tandem_decode_layers(const DecodeModel *m, float *x, int64_t n, const float 
             /* input norm (each thread its own copy: no wait), then q|k|v */
             for (int64_t r = 0; r < n; r++)
                 tandem_rms_norm_row(x + r * H, NULL, L->in_norm, p.h + r * H, H, (float)m->eps);
-            linear_share(m, &L->qkv, p.h, n, qkv, NULL, &p, t, threads);
+            linear_share(m, &L->qkv, p.h, n, qkv, NULL, &p);
 #pragma omp barrier
 #pragma omp for schedule(static)
             for (int64_t i = 0; i < n; i++)
@@ -179,17 +190,18 @@ int tandem_decode_layers(const DecodeModel *m, float *x, int64_t n, const float 
                               (int)m->heads, (int)m->kv_heads, (int)hd, m->block_size, m->num_blocks, m->window,
                               (float)m->attn_scale);
             }
-            linear_share(m, &L->o, att, n, o, NULL, &p, t, threads);
+            linear_share(m, &L->o, att, n, o, NULL, &p);
 #pragma omp barrier
             /* r = o + x (the residual stream), h = norm(r): each thread its own copy */
             memcpy(p.r, o, sizeof(float) * (size_t)(n * H));
             for (int64_t r = 0; r < n; r++)
                 tandem_rms_norm_row(p.r + r * H, x + r * H, L->post_norm, p.h + r * H, H, (float)m->eps);
-            linear_share(m, &L->gate_up, p.h, n, gu, NULL, &p, t, threads);
+            linear_share(m, &L->gate_up, p.h, n, gu, NULL, &p);
 #pragma omp barrier
-            for (int64_t r = 0; r < n; r++) tandem_silu_mul_row(gu + r * 2 * I, p.a + r * I, I);
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) tandem_silu_mul_row(gu + r * 2 * I, act + r * I, I);
             /* x = down(a) + r: every reader of x in this layer is past the barriers above */
-            linear_share(m, &L->down, p.a, n, x, p.r, &p, t, threads);
+            linear_share(m, &L->down, act, n, x, p.r, &p);
 #pragma omp barrier
         }
     }
