@@ -29,7 +29,7 @@ from tandem.engine.grammar import GrammarCompiler
 from tandem.engine.grammar_drafts import with_forced_tokens
 from tandem.engine.grammar_mask import apply_grammars
 from tandem.engine.kv_event_log import KVEventLog
-from tandem.engine.model_runner import ModelRunner
+from tandem.engine.model_runner import ModelRunner, joined_rows
 from tandem.engine.outputs import RequestMetrics, RequestOutput
 from tandem.engine.processor_tables import ProcessorTables, prepare_tables
 from tandem.engine.processors import LogitsRow, process_logits
@@ -372,7 +372,7 @@ class Engine:
             return torch.empty(0), torch.empty(0)
         rows = [LogitsRow(seq) for seq, _ in plain]
         rows += [LogitsRow(seq, tuple(p.tokens[:j])) for seq, p, lg in verified for j in range(len(lg))]
-        raw = torch.cat(pieces)
+        raw = joined_rows(pieces)
         processed = process_logits(raw, rows)
         if any(row.seq.grammar is not None for row in rows):
             started = time.perf_counter()

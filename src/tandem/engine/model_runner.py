@@ -9,7 +9,26 @@ from tandem.model.forward_batch import ForwardBatch
 from tandem.model.packed_linear import pack_linears
 from tandem.model.transformer import KVCache, Transformer
 
-__all__ = ["ModelRunner"]
+__all__ = ["ModelRunner", "joined_rows"]
+
+
+def joined_rows(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """torch.cat(pieces) of 2-D row blocks, without the copy where they are consecutive rows of one
+    tensor (forward_scored's logits split per sequence, taken back in order: 4 MB a step at batch 32
+    with a 32k vocabulary). The result then shares their memory; nothing here writes to it."""
+    first, last = pieces[0], pieces[-1]
+    width, size = first.shape[-1], first.element_size()
+    consecutive = all(
+        p.dim() == 2 and p.shape[1] == width and p.dtype == first.dtype and p.is_contiguous() for p in pieces
+    ) and all(
+        b.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and b.data_ptr() == a.data_ptr() + a.numel() * size
+        for a, b in zip(pieces, pieces[1:])
+    )
+    if not consecutive:
+        return torch.cat(pieces)
+    rows = (last.data_ptr() - first.data_ptr()) // (width * size) + last.shape[0]
+    return first.as_strided((rows, width), (width, 1))
 
 
 class ModelRunner:
