@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import threading
+import time
 
 import httpx
 import pytest
@@ -112,11 +113,23 @@ def test_a_killed_replica_loses_no_request_that_had_not_started_streaming(serve_
         load = Load(gw.url, workers=6, stream=lambda n: n % 4 != 0, max_tokens=64)
         try:
             wait_for(lambda: load.outcomes.ok >= 6, 60, "the load to get going")
-            busy = wait_for(
-                lambda: next((rid for rid, n in gw.gw.fleet.inflight.running.items() if n >= 2), None),
-                30,
-                "a busy replica",
-            )
+
+            def stopped_while_busy() -> str | None:
+                # A replica seen with 2 requests can finish both (a tiny model's request takes a fraction
+                # of a second) before the kill: stop it first, let what it had written reach the gateway,
+                # and kill it only if it still holds a request (else let it go on and look again).
+                running = gw.gw.fleet.inflight.running
+                rid = next((rid for rid, n in running.items() if n >= 2), None)
+                if rid is None:
+                    return None
+                os.kill(gw.backend.pid(rid), signal.SIGSTOP)
+                time.sleep(0.5)
+                if running.get(rid, 0) >= 1:
+                    return rid
+                os.kill(gw.backend.pid(rid), signal.SIGCONT)
+                return None
+
+            busy = wait_for(stopped_while_busy, 30, "a busy replica")
             os.kill(gw.backend.pid(busy), signal.SIGKILL)
             served = load.outcomes.ok
             wait_for(lambda: load.outcomes.ok >= served + 12, 90, "requests after the kill to succeed")
