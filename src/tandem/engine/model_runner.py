@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from tandem.kernels import kernels_available
@@ -23,7 +25,7 @@ def joined_rows(pieces: list[torch.Tensor]) -> torch.Tensor:
     ) and all(
         b.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
         and b.data_ptr() == a.data_ptr() + a.numel() * size
-        for a, b in zip(pieces, pieces[1:])
+        for a, b in itertools.pairwise(pieces)
     )
     if not consecutive:
         return torch.cat(pieces)
