@@ -5,12 +5,12 @@ from tandem.engine.model_runner import joined_rows
 
 def test_joined_rows_of_one_tensor_split_in_order_share_its_memory():
     logits = torch.randn(7, 11)
-    pieces = list(logits.split([1, 3, 2, 1]))
-    pieces[1] = pieces[1][-1:]  # a prefill row keeps only its last position: a gap in the rows
-    joined = joined_rows([logits[0:1], logits[1:4], logits[4:6], logits[6:7]])
+    joined = joined_rows(list(logits.split([1, 3, 2, 1])))
     assert joined.data_ptr() == logits.data_ptr() and torch.equal(joined, logits)
-    # Not consecutive (a gap, another order, another tensor): copied, as torch.cat does.
-    for parts in (pieces, [logits[4:6], logits[0:4]], [logits[0:2], torch.randn(2, 11)]):
+    # Not consecutive (a prefill row keeping only its last position leaves a gap, another order,
+    # another tensor): copied, as torch.cat does.
+    gap = [logits[0:1], logits[3:4], logits[4:6], logits[6:7]]
+    for parts in (gap, [logits[4:6], logits[0:4]], [logits[0:2], torch.randn(2, 11)]):
         joined = joined_rows(parts)
         assert torch.equal(joined, torch.cat(parts))
         assert joined.data_ptr() not in {p.data_ptr() for p in parts}

@@ -13,12 +13,17 @@ from .cli_runs import gate, verdicts
 pytestmark = pytest.mark.slow
 
 
-def test_a_corrupt_candidate_fails_accuracy(tmp_path, plugins, profiles):
-    proc, result = gate(
-        tmp_path, "--incumbent", "baseline", "--candidate", "corrupt-weights", "--requests", "12",
-        "--min-samples", "10", "--incumbent-profile", str(profiles["same"]), "--candidate-profile",
-        str(profiles["same"]), plugins=plugins,
+def judged(tmp_path, plugins, profiles, candidate: str):
+    """12 requests through baseline and `candidate`, 10 pairs enough, the same Profile on both sides."""
+    same = str(profiles["same"])
+    return gate(
+        tmp_path, "--incumbent", "baseline", "--candidate", candidate, "--requests", "12", "--min-samples", "10",
+        "--incumbent-profile", same, "--candidate-profile", same, plugins=plugins,
     )  # fmt: skip
+
+
+def test_a_corrupt_candidate_fails_accuracy(tmp_path, plugins, profiles):
+    proc, result = judged(tmp_path, plugins, profiles, "corrupt-weights")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert verdicts(result)["accuracy"] == "FAIL" and verdicts(result)["errors"] == "PASS"
     assert result["verdict"]["metrics"]["accuracy"]["stats"]["top1_agreement"]["high"] < 0.9
@@ -26,11 +31,7 @@ def test_a_corrupt_candidate_fails_accuracy(tmp_path, plugins, profiles):
 
 
 def test_a_slow_candidate_fails_latency(tmp_path, plugins, profiles):
-    proc, result = gate(
-        tmp_path, "--incumbent", "baseline", "--candidate", "slow-steps(delay_ms=80)", "--requests", "12",
-        "--min-samples", "10", "--incumbent-profile", str(profiles["same"]), "--candidate-profile",
-        str(profiles["same"]), plugins=plugins,
-    )  # fmt: skip
+    proc, result = judged(tmp_path, plugins, profiles, "slow-steps(delay_ms=80)")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert verdicts(result)["latency"] == "FAIL"
     assert verdicts(result)["accuracy"] != "FAIL"  # right, only slow

@@ -19,12 +19,11 @@ def joined_rows(pieces: list[torch.Tensor]) -> torch.Tensor:
     tensor (forward_scored's logits split per sequence, taken back in order: 4 MB a step at batch 32
     with a 32k vocabulary). The result then shares their memory; nothing here writes to it."""
     first, last = pieces[0], pieces[-1]
-    width, size = first.shape[-1], first.element_size()
+    width, size, storage = first.shape[-1], first.element_size(), first.untyped_storage().data_ptr()
     consecutive = all(
         p.dim() == 2 and p.shape[1] == width and p.dtype == first.dtype and p.is_contiguous() for p in pieces
     ) and all(
-        b.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
-        and b.data_ptr() == a.data_ptr() + a.numel() * size
+        b.untyped_storage().data_ptr() == storage and b.data_ptr() == a.data_ptr() + a.numel() * size
         for a, b in itertools.pairwise(pieces)
     )
     if not consecutive:

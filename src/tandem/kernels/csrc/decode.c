@@ -200,7 +200,7 @@ int tandem_decode_layers(const DecodeModel *m, float *x, int64_t n, const float 
 #pragma omp barrier
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) tandem_silu_mul_row(gu + r * 2 * I, act + r * I, I);
-            /* x = down(a) + r: every reader of x in this layer is past the barriers above */
+            /* x = down(act) + r: every reader of x in this layer is past the barriers above */
             linear_share(m, &L->down, act, n, x, p.r, &p);
 #pragma omp barrier
         }
